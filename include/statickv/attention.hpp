@@ -1,0 +1,65 @@
+#pragma once
+// Attention over cache views, in two forms that must agree: the fused
+// scaled_dot_product_attention kernel, and a plain matmul/softmax reference
+// used by tests. Both take grouped-query layouts (q heads a multiple of kv
+// heads) and the bool masks a Step produces. A query whose row is fully
+// masked (a padded token) gets a zero output from the reference rather than
+// the NaN a naive softmax gives.
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <optional>
+
+namespace statickv {
+
+namespace detail {
+
+inline void check_attention_args(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const at::Tensor& mask) {
+  TORCH_CHECK(q.defined() && q.dim() == 4, "query: expected [b, heads, q, head_dim] but got ",
+              q.defined() ? q.sizes() : at::IntArrayRef{});
+  TORCH_CHECK(k.defined() && k.dim() == 4 && k.size(0) == q.size(0) && k.size(3) == q.size(3),
+              "keys: expected [", q.size(0), ", kv_heads, kv, ", q.size(3), "] but got ",
+              k.defined() ? k.sizes() : at::IntArrayRef{});
+  TORCH_CHECK(v.defined() && v.sizes() == k.sizes(), "values: expected shape ", k.sizes(),
+              " but got ", v.defined() ? v.sizes() : at::IntArrayRef{});
+  TORCH_CHECK(q.size(1) % k.size(1) == 0, "query: expected heads (", q.size(1),
+              ") to be a multiple of kv_heads (", k.size(1), ")");
+  TORCH_CHECK(mask.defined() && mask.scalar_type() == at::kBool && mask.dim() == 4 &&
+                  mask.size(0) == q.size(0) && mask.size(2) == q.size(2) &&
+                  mask.size(3) == k.size(2),
+              "mask: expected Bool [", q.size(0), ", 1, ", q.size(2), ", ", k.size(2), "] but got ",
+              mask.defined() ? mask.sizes() : at::IntArrayRef{});
+}
+
+}  // namespace detail
+
+/// Plain matmul/softmax attention, computed in float32 (float64 for double
+/// inputs) and returned in the query's dtype: [b, heads, q, head_dim].
+inline at::Tensor reference_attention(const at::Tensor& query, const at::Tensor& keys,
+                                      const at::Tensor& values, const at::Tensor& mask) {
+  detail::check_attention_args(query, keys, values, mask);
+  const auto compute = query.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const int64_t group = query.size(1) / keys.size(1);
+  const at::Tensor k = keys.to(compute).repeat_interleave(group, 1);
+  const at::Tensor v = values.to(compute).repeat_interleave(group, 1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(query.size(3)));
+  at::Tensor scores = at::matmul(query.to(compute), k.transpose(-1, -2)).mul_(scale);
+  const at::Tensor blocked = mask.logical_not();
+  scores.masked_fill_(blocked, -std::numeric_limits<double>::infinity());
+  // A fully masked row is all -inf: softmax gives NaN there, zeroed below.
+  at::Tensor probs = at::softmax(scores, -1).masked_fill_(blocked, 0.0);
+  return at::matmul(probs, v).to(query.scalar_type());
+}
+
+/// Fused attention (scaled_dot_product_attention with enable_gqa).
+inline at::Tensor sdpa_attention(const at::Tensor& query, const at::Tensor& keys,
+                                 const at::Tensor& values, const at::Tensor& mask) {
+  detail::check_attention_args(query, keys, values, mask);
+  return at::scaled_dot_product_attention(query, keys, values, mask, /*dropout_p=*/0.0,
+                                          /*is_causal=*/false, /*scale=*/std::nullopt,
+                                          /*enable_gqa=*/true);
+}
+
+}  // namespace statickv

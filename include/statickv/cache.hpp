@@ -1,0 +1,411 @@
+#pragma once
+// StaticCache and HybridCache: preallocated, address-stable KV caches.
+//
+// Ownership: the cache owns one key and one value buffer per layer,
+// [max_batch, kv_heads, capacity + 1, head_dim], allocated (zeroed) in the
+// constructor and never reallocated or reassigned; the extra slot is the
+// scratch slot (layers.hpp). It also owns the bookkeeping, shared by all
+// layers of one type (a "group"): slot_positions [max_batch, capacity + 1]
+// (-1 = empty; the scratch column is garbage and never read) and one
+// seq_lengths [max_batch] for the whole cache.
+//
+// One step: prepare() checks its arguments on the host (shapes, dtypes,
+// devices, and position values only when they are in host memory), then
+// computes slots and masks with device ops and advances the bookkeeping.
+// update() checks, then does one index_copy_ per tensor and returns
+// batch-prefix views. Neither reads device memory on the host or allocates
+// anything whose size depends on data, so a whole step can be captured in a
+// CUDA graph. Row operations (reset_rows, copy_row, reorder) run between
+// steps; they read their row arguments on the host to validate them.
+//
+// Every entry point checks all of its arguments before it changes anything:
+// a call that throws leaves buffers and bookkeeping bit-identical.
+
+#include <statickv/config.hpp>
+#include <statickv/layers.hpp>
+#include <statickv/step.hpp>
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace statickv {
+
+namespace detail {
+
+inline void check_tensor(const char* name, const at::Tensor& t, at::ScalarType dtype,
+                         const at::Device& device) {
+  TORCH_CHECK(t.defined(), name, ": expected a defined tensor but got an undefined one");
+  TORCH_CHECK(t.scalar_type() == dtype, name, ": expected dtype ", dtype, " but got ",
+              t.scalar_type());
+  TORCH_CHECK(t.device() == device, name, ": expected device ", device, " but got ", t.device());
+}
+
+// Reads a 1-D int64 row-index tensor (any device) to host memory and checks
+// every value is a row of the cache. Row operations are not step operations,
+// so this host read is allowed (see the header note).
+inline at::Tensor host_rows(const char* name, const at::Tensor& rows, int64_t max_batch,
+                            bool allow_duplicates) {
+  TORCH_CHECK(rows.defined(), name, ": expected a defined tensor but got an undefined one");
+  TORCH_CHECK(rows.scalar_type() == at::kLong, name, ": expected dtype Long (int64) but got ",
+              rows.scalar_type());
+  TORCH_CHECK(rows.dim() == 1, name, ": expected a 1-D tensor but got shape ", rows.sizes());
+  TORCH_CHECK(rows.numel() >= 1 && rows.numel() <= max_batch, name,
+              ": expected between 1 and max_batch=", max_batch, " entries but got ", rows.numel());
+  at::Tensor host = rows.to(at::kCPU).contiguous();
+  const int64_t* data = host.data_ptr<int64_t>();
+  std::vector<bool> seen(static_cast<size_t>(max_batch), false);
+  for (int64_t i = 0; i < host.numel(); ++i) {
+    TORCH_CHECK(data[i] >= 0 && data[i] < max_batch, name, "[", i,
+                "]: expected a row in [0, max_batch=", max_batch, ") but got ", data[i]);
+    TORCH_CHECK(allow_duplicates || !seen[static_cast<size_t>(data[i])], name, "[", i,
+                "]: expected distinct rows but got ", data[i], " twice");
+    seen[static_cast<size_t>(data[i])] = true;
+  }
+  return host;
+}
+
+}  // namespace detail
+
+/// The container of layers behind StaticCache and HybridCache. Not copyable
+/// and not movable: Steps and CUDA graphs refer to its buffers and to it by
+/// address, so its identity must not change. Hold it by value or unique_ptr.
+class CacheBase {
+ public:
+  explicit CacheBase(CacheConfig config) : config_(std::move(config)) {
+    config_.validate();
+    const auto long_opts = at::TensorOptions().dtype(at::kLong).device(config_.device);
+    const auto data_opts = at::TensorOptions().dtype(config_.dtype).device(config_.device);
+    // One group per layer type present, in order of first appearance.
+    for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
+      const LayerType type = config_.layer_type(layer);
+      int64_t g = 0;
+      while (g < static_cast<int64_t>(groups_.size()) && groups_[g].policy->type() != type) ++g;
+      if (g == static_cast<int64_t>(groups_.size())) {
+        Group group;
+        group.policy = make_layer_policy(config_, type);
+        const int64_t slots = group.policy->buffer_len();
+        group.slot_positions = at::full({config_.max_batch, slots}, -1, long_opts);
+        // (row * kv_heads + head) * slots: start of each [row, head] run of
+        // slots in a [-1, head_dim] view of a buffer, for per-row writes.
+        group.row_head_base = at::arange(config_.max_batch * config_.num_kv_heads, long_opts)
+                                  .mul_(slots)
+                                  .view({config_.max_batch, config_.num_kv_heads, 1});
+        groups_.push_back(std::move(group));
+      }
+      layer_group_.push_back(g);
+      const int64_t slots = groups_[g].policy->buffer_len();
+      keys_.push_back(
+          at::zeros({config_.max_batch, config_.num_kv_heads, slots, config_.head_dim}, data_opts));
+      values_.push_back(at::zeros_like(keys_.back()));
+    }
+    seq_lengths_ = at::zeros({config_.max_batch}, long_opts);
+    // A "cuda" device without an index becomes the device actually used.
+    config_.device = seq_lengths_.device();
+  }
+
+  CacheBase(const CacheBase&) = delete;
+  CacheBase& operator=(const CacheBase&) = delete;
+  CacheBase(CacheBase&&) = delete;
+  CacheBase& operator=(CacheBase&&) = delete;
+  virtual ~CacheBase() = default;
+
+  /// Plans one forward pass and advances the bookkeeping.
+  ///
+  /// cache_position: int64 [q] (every live row at the same positions) or
+  /// [live_batch, q] (each row at its own positions); a negative position is
+  /// a padded token. live_batch: rows 0..live_batch-1 take part.
+  /// attend_len: full layers expose slots [0, attend_len) (default max_len),
+  /// so attention cost can follow the real length.
+  Step prepare(const at::Tensor& cache_position, int64_t live_batch, int64_t attend_len = -1) {
+    // All checks first: nothing below may throw on user input.
+    const int64_t max_batch = config_.max_batch;
+    TORCH_CHECK(live_batch >= 1 && live_batch <= max_batch,
+                "live_batch: expected a value in [1, max_batch=", max_batch, "] but got ",
+                live_batch);
+    detail::check_tensor("cache_position", cache_position, at::kLong, config_.device);
+    TORCH_CHECK(cache_position.dim() == 1 || cache_position.dim() == 2,
+                "cache_position: expected shape [q] or [live_batch, q] but got ",
+                cache_position.sizes());
+    TORCH_CHECK(cache_position.dim() == 1 || cache_position.size(0) == live_batch,
+                "cache_position: expected ", live_batch, " rows (live_batch) but got shape ",
+                cache_position.sizes());
+    const int64_t q = cache_position.size(-1);
+    TORCH_CHECK(q >= 1 && q <= config_.chunk_limit(),
+                "cache_position: expected between 1 and max_chunk=", config_.chunk_limit(),
+                " positions per row but got ", q);
+    const int64_t attend = attend_len < 0 ? config_.max_len : attend_len;
+    TORCH_CHECK(attend_len == -1 || (attend_len >= 1 && attend_len <= config_.max_len),
+                "attend_len: expected -1 (max_len) or a value in [1, max_len=", config_.max_len,
+                "] but got ", attend_len);
+    if (config_.check_position_values && cache_position.device().is_cpu()) {
+      check_position_values(cache_position, attend);
+    }
+
+    Step step;
+    step.owner_ = this;
+    step.generation_ = ++generation_;
+    step.layer_group_ = &layer_group_;
+    step.positions_ = cache_position;
+    step.live_batch_ = live_batch;
+    step.query_len_ = q;
+    step.attend_len_ = attend;
+    step.per_row_ = cache_position.dim() == 2;
+
+    // [rows, q], rows = 1 (shared positions) or live_batch. Every token that
+    // must not be stored (padding, past max_len) becomes -1: it is written to
+    // the scratch slot and attends to nothing.
+    const at::Tensor pos = step.per_row_ ? cache_position : cache_position.unsqueeze(0);
+    const at::Tensor live = pos.ge(0).logical_and_(pos.lt(config_.max_len));
+    const at::Tensor sane = at::where(live, pos, -1);
+
+    at::Tensor seq = seq_lengths_.narrow(0, 0, live_batch);
+    seq.copy_(at::maximum(seq, sane.add(1).amax(1)));
+
+    for (Group& group : groups_) {
+      const LayerPolicy& policy = *group.policy;
+      at::Tensor slots = policy.slots_of(sane);
+      if (q > 1) slots = newest_wins(slots, sane, policy.buffer_len());
+      at::Tensor rows_pos = group.slot_positions.narrow(0, 0, live_batch);
+      rows_pos.scatter_(1, slots.expand({live_batch, q}), sane.expand({live_batch, q}));
+
+      Step::Group planned;
+      planned.view_len = policy.view_len(attend);
+      const at::Tensor seen = rows_pos.narrow(1, 0, planned.view_len).unsqueeze(1);  // [b,1,L]
+      const at::Tensor query = sane.unsqueeze(2);                                    // [r,q,1]
+      at::Tensor mask = seen.le(query).logical_and_(seen.ge(0));                     // [b, q, L]
+      if (policy.window() > 0) mask.logical_and_(query.sub(seen).lt(policy.window()));
+      planned.mask = mask.unsqueeze(1);  // [b, 1, q, L]
+      if (step.per_row_) {
+        planned.slots = slots;
+        planned.flat_index =
+            group.row_head_base.narrow(0, 0, live_batch).add(slots.unsqueeze(1)).view(-1);
+      } else {
+        planned.slots = slots.squeeze(0);
+      }
+      step.groups_.push_back(std::move(planned));
+    }
+    return step;
+  }
+
+  /// Writes one layer's new keys and values (one index_copy_ each) and returns
+  /// views of the live rows. key/value: [live_batch, kv_heads, q, head_dim].
+  KV update(int64_t layer, const at::Tensor& key, const at::Tensor& value, const Step& step) {
+    check_layer(layer);
+    TORCH_CHECK(step.owner_ == this, "step: expected a Step made by this cache's prepare()");
+    TORCH_CHECK(step.generation_ == generation_,
+                "step: expected the cache's current step (generation ", generation_,
+                ") but got a stale one (generation ", step.generation_,
+                "); call prepare() again after reset, row operations or another prepare()");
+    const std::vector<int64_t> shape = {step.live_batch_, config_.num_kv_heads, step.query_len_,
+                                        config_.head_dim};
+    const at::IntArrayRef expected(shape);
+    detail::check_tensor("key", key, config_.dtype, config_.device);
+    detail::check_tensor("value", value, config_.dtype, config_.device);
+    TORCH_CHECK(key.sizes() == expected,
+                "key: expected shape [live_batch, kv_heads, q, head_dim] = ", expected, " but got ",
+                key.sizes());
+    TORCH_CHECK(value.sizes() == expected,
+                "value: expected shape [live_batch, kv_heads, q, head_dim] = ", expected,
+                " but got ", value.sizes());
+
+    const Step::Group& planned = step.group(layer);
+    const int64_t b = step.live_batch_;
+    at::Tensor& keys = keys_[static_cast<size_t>(layer)];
+    at::Tensor& values = values_[static_cast<size_t>(layer)];
+    if (step.per_row_) {
+      const int64_t d = config_.head_dim;
+      keys.view({-1, d}).index_copy_(0, planned.flat_index, key.reshape({-1, d}));
+      values.view({-1, d}).index_copy_(0, planned.flat_index, value.reshape({-1, d}));
+    } else {
+      keys.narrow(0, 0, b).index_copy_(2, planned.slots, key);
+      values.narrow(0, 0, b).index_copy_(2, planned.slots, value);
+    }
+    return KV{keys.narrow(0, 0, b).narrow(2, 0, planned.view_len),
+              values.narrow(0, 0, b).narrow(2, 0, planned.view_len)};
+  }
+
+  /// Empties every row and zeroes every buffer, in place.
+  void reset() {
+    ++generation_;
+    for (auto& t : keys_) t.zero_();
+    for (auto& t : values_) t.zero_();
+    for (auto& g : groups_) g.slot_positions.fill_(-1);
+    seq_lengths_.zero_();
+  }
+
+  /// Empties the given rows (int64 [n], distinct, any device). Their stale
+  /// data stays in the buffers but is never attended: masks follow
+  /// slot_positions.
+  void reset_rows(const at::Tensor& rows) {
+    const at::Tensor index =
+        detail::host_rows("rows", rows, config_.max_batch, /*allow_duplicates=*/false)
+            .to(config_.device);
+    ++generation_;
+    for (auto& g : groups_) g.slot_positions.index_fill_(0, index, -1);
+    seq_lengths_.index_fill_(0, index, 0);
+  }
+
+  /// Makes row `dst` a copy of row `src` (fork a prefilled prompt).
+  void copy_row(int64_t src, int64_t dst) {
+    TORCH_CHECK(src >= 0 && src < config_.max_batch,
+                "src: expected a row in [0, max_batch=", config_.max_batch, ") but got ", src);
+    TORCH_CHECK(dst >= 0 && dst < config_.max_batch,
+                "dst: expected a row in [0, max_batch=", config_.max_batch, ") but got ", dst);
+    ++generation_;
+    if (src == dst) return;
+    auto copy = [&](at::Tensor& t) { t.select(0, dst).copy_(t.select(0, src)); };
+    for (auto& t : keys_) copy(t);
+    for (auto& t : values_) copy(t);
+    for (auto& g : groups_) copy(g.slot_positions);
+    copy(seq_lengths_);
+  }
+
+  /// Beam-search reorder in place: row i becomes old row indices[i], for
+  /// i < n = indices.numel(); rows past n are untouched. Repeats are allowed.
+  void reorder(const at::Tensor& indices) {
+    const at::Tensor index =
+        detail::host_rows("indices", indices, config_.max_batch, /*allow_duplicates=*/true)
+            .to(config_.device);
+    ++generation_;
+    const int64_t n = index.numel();
+    // index_select makes a temporary, so overlapping sources are read before
+    // the prefix is overwritten.
+    auto gather = [&](at::Tensor& t) { t.narrow(0, 0, n).copy_(t.index_select(0, index)); };
+    for (auto& t : keys_) gather(t);
+    for (auto& t : values_) gather(t);
+    for (auto& g : groups_) gather(g.slot_positions);
+    gather(seq_lengths_);
+  }
+
+  /// One past the highest position stored in each row: device int64 [max_batch].
+  const at::Tensor& seq_lengths() const { return seq_lengths_; }
+
+  /// Bytes of device memory the cache owns (buffers and bookkeeping).
+  int64_t memory_bytes() const {
+    int64_t total = seq_lengths_.nbytes();
+    for (const auto& t : keys_) total += t.nbytes();
+    for (const auto& t : values_) total += t.nbytes();
+    for (const auto& g : groups_) total += g.slot_positions.nbytes() + g.row_head_base.nbytes();
+    return total;
+  }
+
+  const CacheConfig& config() const { return config_; }
+  int64_t num_layers() const { return config_.num_layers; }
+  const LayerPolicy& layer(int64_t layer) const { return *group_of(layer).policy; }
+  int64_t capacity(int64_t layer) const { return group_of(layer).policy->capacity(); }
+
+  /// Whole key buffer of a layer, scratch slot included:
+  /// [max_batch, kv_heads, capacity + 1, head_dim].
+  const at::Tensor& keys(int64_t layer) const {
+    check_layer(layer);
+    return keys_[static_cast<size_t>(layer)];
+  }
+  /// Whole value buffer of a layer; see keys().
+  const at::Tensor& values(int64_t layer) const {
+    check_layer(layer);
+    return values_[static_cast<size_t>(layer)];
+  }
+  /// Position stored in each slot of a layer, -1 = empty: [max_batch, capacity].
+  at::Tensor slot_positions(int64_t layer) const {
+    const Group& g = group_of(layer);
+    return g.slot_positions.narrow(1, 0, g.policy->capacity());
+  }
+
+ protected:
+  struct Group {
+    std::shared_ptr<const LayerPolicy> policy;
+    at::Tensor slot_positions;  // [max_batch, capacity + 1], int64, -1 = empty
+    at::Tensor row_head_base;   // [max_batch, kv_heads, 1], int64
+  };
+
+  void check_layer(int64_t layer) const {
+    TORCH_CHECK(layer >= 0 && layer < config_.num_layers, "layer: expected an index in [0, ",
+                config_.num_layers, ") but got ", layer);
+  }
+
+  const Group& group_of(int64_t layer) const {
+    check_layer(layer);
+    return groups_[static_cast<size_t>(layer_group_[static_cast<size_t>(layer)])];
+  }
+
+ private:
+  // Note [newest wins]: two tokens of one row may map to one slot in a step
+  // (a ring chunk longer than the ring's spare room, or a repeated position).
+  // Writes with duplicate indices race on a GPU, so only the newest position
+  // of each slot keeps it (ties: the later token) and the others are sent to
+  // the scratch slot. Keys position * q + token order tokens; the per-slot
+  // maximum is found with one scatter_reduce, so no host sync is needed.
+  static at::Tensor newest_wins(const at::Tensor& slots, const at::Tensor& pos, int64_t slots_len) {
+    const int64_t q = pos.size(1);
+    const at::Tensor order = at::arange(q, pos.options()).unsqueeze(0);
+    const at::Tensor key = at::where(pos.ge(0), pos.mul(q).add_(order), -1);
+    const at::Tensor newest = at::full({pos.size(0), slots_len}, -1, pos.options())
+                                  .scatter_reduce_(1, slots, key, "amax", /*include_self=*/true);
+    return at::where(newest.gather(1, slots).eq(key), slots, slots_len - 1);
+  }
+
+  // Only for host-resident positions: rejects values that cannot be stored
+  // or seen, naming the first offending entry.
+  void check_position_values(const at::Tensor& cache_position, int64_t attend) const {
+    const at::Tensor pos = cache_position.dim() == 1 ? cache_position.unsqueeze(0).contiguous()
+                                                     : cache_position.contiguous();
+    const bool has_full = config_.has_type(LayerType::kFull);
+    const bool has_sliding = config_.has_type(LayerType::kSliding);
+    const int64_t limit = has_full ? attend : config_.max_len;
+    auto acc = pos.accessor<int64_t, 2>();
+    for (int64_t r = 0; r < pos.size(0); ++r) {
+      int64_t lo = INT64_MAX;
+      int64_t hi = -1;
+      for (int64_t t = 0; t < pos.size(1); ++t) {
+        const int64_t p = acc[r][t];
+        if (p < 0) continue;  // padding
+        TORCH_CHECK(p < limit, "cache_position[", r, ", ", t, "]: expected a position < ",
+                    has_full && limit < config_.max_len ? "attend_len=" : "max_len=", limit,
+                    " but got ", p);
+        lo = std::min(lo, p);
+        hi = std::max(hi, p);
+      }
+      if (has_sliding && hi >= 0) {
+        TORCH_CHECK(hi - lo < config_.chunk_limit(), "cache_position[", r,
+                    "]: expected the row's positions to span at most max_chunk=",
+                    config_.chunk_limit(), " (sliding layers) but got ", lo, "..", hi);
+      }
+    }
+  }
+
+  CacheConfig config_;
+  std::vector<Group> groups_;
+  std::vector<int64_t> layer_group_;
+  std::vector<at::Tensor> keys_;    // per layer [max_batch, kv_heads, capacity + 1, head_dim]
+  std::vector<at::Tensor> values_;  // per layer, same shape
+  at::Tensor seq_lengths_;          // [max_batch], int64
+  uint64_t generation_ = 0;
+};
+
+/// Every layer full attention (Llama-style models).
+class StaticCache : public CacheBase {
+ public:
+  explicit StaticCache(CacheConfig config) : CacheBase(checked(std::move(config))) {}
+
+ private:
+  static CacheConfig checked(CacheConfig config) {
+    for (size_t i = 0; i < config.layer_types.size(); ++i) {
+      TORCH_CHECK(config.layer_types[i] == LayerType::kFull,
+                  "StaticCache: CacheConfig.layer_types[", i, "]: expected full but got ",
+                  config.layer_types[i], " (use HybridCache for sliding layers)");
+    }
+    return config;
+  }
+};
+
+/// Full and sliding-window layers in one cache, by CacheConfig::layer_types
+/// (Mistral, Gemma 2/3, Qwen2 with mixed layer types).
+class HybridCache : public CacheBase {
+ public:
+  explicit HybridCache(CacheConfig config) : CacheBase(std::move(config)) {}
+};
+
+}  // namespace statickv

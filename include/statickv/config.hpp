@@ -1,0 +1,147 @@
+#pragma once
+// CacheConfig: the shape of a cache, fixed at construction.
+//
+// A cache is described once, by value, and validated before any memory is
+// allocated. Everything else in the library (layer capacities, the largest
+// step a cache accepts, which positions are in range) is derived from these
+// fields by the member functions below, so the rules live in one place.
+// Layer types are listed per layer; helpers build the patterns real models
+// use (all sliding, alternating, N sliding then one full).
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <ostream>
+#include <vector>
+
+namespace statickv {
+
+/// How a layer stores and attends to past positions.
+enum class LayerType {
+  kFull,     ///< every position up to max_len, position p in slot p
+  kSliding,  ///< a ring of the newest positions, position p in slot p % capacity
+};
+
+inline const char* to_string(LayerType type) {
+  switch (type) {
+    case LayerType::kFull:
+      return "full";
+    case LayerType::kSliding:
+      return "sliding";
+  }
+  return "unknown";
+}
+
+inline std::ostream& operator<<(std::ostream& os, LayerType type) { return os << to_string(type); }
+
+/// `num_layers` sliding layers (Mistral-style: every layer windowed).
+inline std::vector<LayerType> all_sliding(int64_t num_layers) {
+  return std::vector<LayerType>(static_cast<size_t>(std::max<int64_t>(num_layers, 0)),
+                                LayerType::kSliding);
+}
+
+/// Sliding and full layers alternating, starting with sliding (Gemma 2).
+inline std::vector<LayerType> alternating(int64_t num_layers) {
+  std::vector<LayerType> types;
+  for (int64_t i = 0; i < num_layers; ++i) {
+    types.push_back(i % 2 == 0 ? LayerType::kSliding : LayerType::kFull);
+  }
+  return types;
+}
+
+/// `sliding_per_full` sliding layers then one full layer, repeating (Gemma 3
+/// uses 5). The last layer of an incomplete group is sliding.
+inline std::vector<LayerType> sliding_then_full(int64_t num_layers, int64_t sliding_per_full) {
+  TORCH_CHECK(sliding_per_full >= 1, "sliding_then_full: expected sliding_per_full >= 1 but got ",
+              sliding_per_full);
+  std::vector<LayerType> types;
+  for (int64_t i = 0; i < num_layers; ++i) {
+    types.push_back((i + 1) % (sliding_per_full + 1) == 0 ? LayerType::kFull : LayerType::kSliding);
+  }
+  return types;
+}
+
+/// The fixed shape of a cache. Fields are plain so configs can be written as
+/// designated-style aggregates; call validate() (constructors do) before use.
+struct CacheConfig {
+  int64_t num_layers = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t max_batch = 0;
+  /// Positions 0 .. max_len-1 are valid in every layer.
+  int64_t max_len = 0;
+  c10::ScalarType dtype = c10::kFloat;
+  c10::Device device = c10::Device(c10::kCPU);
+  /// One entry per layer; empty means every layer is kFull.
+  std::vector<LayerType> layer_types;
+  /// Keys a sliding-layer query sees, itself included: q - k < sliding_window.
+  int64_t sliding_window = 0;
+  /// Most query tokens one step may carry (a prefill chunk). 0 picks the
+  /// default: max_len for caches without sliding layers, sliding_window for
+  /// caches with them. Sliding capacity grows with it; see sliding_capacity().
+  int64_t max_chunk = 0;
+  /// When positions live in host memory (so reading them needs no device
+  /// sync), reject positions that cannot fit instead of routing them to the
+  /// scratch slot. Device-resident positions are never read by the host.
+  bool check_position_values = true;
+
+  LayerType layer_type(int64_t layer) const {
+    TORCH_CHECK(layer >= 0 && layer < num_layers, "layer: expected an index in [0, ", num_layers,
+                ") but got ", layer);
+    return layer_types.empty() ? LayerType::kFull : layer_types[static_cast<size_t>(layer)];
+  }
+
+  bool has_type(LayerType type) const {
+    if (layer_types.empty()) return type == LayerType::kFull && num_layers > 0;
+    return std::find(layer_types.begin(), layer_types.end(), type) != layer_types.end();
+  }
+
+  /// The largest number of query tokens a step may carry.
+  int64_t chunk_limit() const {
+    if (max_chunk > 0) return max_chunk;
+    return has_type(LayerType::kSliding) ? std::min(sliding_window, max_len) : max_len;
+  }
+
+  /// Slots of a sliding ring. Note [ring capacity]: a chunk of c tokens
+  /// starting at position p0 needs the window-1 positions before p0 (for its
+  /// first query) and its own c tokens resident at once, so the ring holds
+  /// sliding_window + chunk_limit() - 1 slots. No position reaches max_len, so
+  /// a ring never needs more than max_len slots (it then never wraps).
+  int64_t sliding_capacity() const { return std::min(sliding_window + chunk_limit() - 1, max_len); }
+
+  /// Throws c10::Error naming the first field that makes the config impossible.
+  void validate() const {
+    TORCH_CHECK(num_layers > 0, "CacheConfig.num_layers: expected > 0 but got ", num_layers);
+    TORCH_CHECK(num_kv_heads > 0, "CacheConfig.num_kv_heads: expected > 0 but got ", num_kv_heads);
+    TORCH_CHECK(head_dim > 0, "CacheConfig.head_dim: expected > 0 but got ", head_dim);
+    TORCH_CHECK(max_batch > 0, "CacheConfig.max_batch: expected > 0 but got ", max_batch);
+    TORCH_CHECK(max_len > 0, "CacheConfig.max_len: expected > 0 but got ", max_len);
+    TORCH_CHECK(dtype == c10::kFloat || dtype == c10::kHalf || dtype == c10::kBFloat16 ||
+                    dtype == c10::kDouble,
+                "CacheConfig.dtype: expected Float, Half, BFloat16 or Double but got ", dtype);
+    TORCH_CHECK(device.is_cpu() || device.is_cuda(),
+                "CacheConfig.device: expected a cpu or cuda device but got ", device);
+    TORCH_CHECK(layer_types.empty() || static_cast<int64_t>(layer_types.size()) == num_layers,
+                "CacheConfig.layer_types: expected empty or num_layers (", num_layers,
+                ") entries but got ", layer_types.size());
+    if (has_type(LayerType::kSliding)) {
+      TORCH_CHECK(sliding_window > 0,
+                  "CacheConfig.sliding_window: expected > 0 when a layer is kSliding but got ",
+                  sliding_window);
+    } else {
+      TORCH_CHECK(sliding_window >= 0, "CacheConfig.sliding_window: expected >= 0 but got ",
+                  sliding_window);
+    }
+    TORCH_CHECK(max_chunk >= 0 && max_chunk <= max_len,
+                "CacheConfig.max_chunk: expected a value in [0, max_len=", max_len, "] but got ",
+                max_chunk);
+    // Keeps slot arithmetic (position * chunk tie-breaking keys) far from overflow.
+    TORCH_CHECK(max_len <= (int64_t{1} << 40), "CacheConfig.max_len: expected <= 2^40 but got ",
+                max_len);
+  }
+};
+
+}  // namespace statickv

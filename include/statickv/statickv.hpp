@@ -1,0 +1,10 @@
+#pragma once
+// Umbrella header: everything a CPU-only or CUDA user needs.
+
+#include <statickv/attention.hpp>
+#include <statickv/cache.hpp>
+#include <statickv/config.hpp>
+#include <statickv/layers.hpp>
+#include <statickv/mask.hpp>
+#include <statickv/step.hpp>
+#include <statickv/version.hpp>

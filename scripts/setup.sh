@@ -1,0 +1,58 @@
+# Sourced by scripts/test.sh and scripts/demo.sh: installs what is missing,
+# then configures and builds statickv into build/.
+#
+# Debian packages: apt-get when root, else the one line to run is printed.
+# LibTorch: PyPI's torch wheel (pinned) in .venv/ inside the checkout; CMake
+# finds it through torch.utils.cmake_prefix_path.
+set -euo pipefail
+STATICKV_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$STATICKV_ROOT"
+TORCH_VERSION=2.11.0
+VENV="$STATICKV_ROOT/.venv"
+BUILD_DIR=${STATICKV_BUILD_DIR:-$STATICKV_ROOT/build}
+
+need=(cmake g++ ninja-build catch2 clang-format gnuplot-nox)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+missing=()
+for pkg in "${need[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  if [ "$(id -u)" = 0 ]; then
+    echo "== apt-get install ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "missing Debian packages; run:"
+    echo "  sudo apt-get install -y ${missing[*]}"
+    exit 1
+  fi
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "== creating $VENV"
+  python3 -m venv "$VENV"
+fi
+if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" >/dev/null 2>&1; then
+  echo "== pip install torch==$TORCH_VERSION (LibTorch for CMake; a few minutes the first time)"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy
+fi
+TORCH_PREFIX=$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+
+cmake_args=(-DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$TORCH_PREFIX")
+command -v ninja >/dev/null && cmake_args+=(-G Ninja)
+# The wheel's CUDA parts need a CUDA toolkit to compile against; without nvcc
+# the CUDA-only targets are left out rather than failing the build.
+if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  cmake_args+=(-DSTATICKV_WITH_CUDA=OFF)
+fi
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  echo "== configuring $BUILD_DIR"
+  mkdir -p "$BUILD_DIR"
+  # shellcheck disable=SC2086  # STATICKV_CMAKE_ARGS: extra arguments, split on spaces
+  cmake -S . -B "$BUILD_DIR" "${cmake_args[@]}" ${STATICKV_CMAKE_ARGS:-} >"$BUILD_DIR/configure.log" 2>&1 ||
+    { tail -40 "$BUILD_DIR/configure.log"; rm -f "$BUILD_DIR/CMakeCache.txt"; exit 1; }
+fi
+echo "== building (cmake --build $BUILD_DIR)"
+cmake --build "$BUILD_DIR" -j "$(nproc)"

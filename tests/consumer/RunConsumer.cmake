@@ -1,0 +1,31 @@
+# Configures, builds and runs the consumer project in WORK_DIR.
+#   MODE=find_package: installs STATICKV_BUILD_DIR into WORK_DIR/prefix first.
+#   MODE=add_subdirectory: points the consumer at STATICKV_SOURCE_DIR.
+file(REMOVE_RECURSE ${WORK_DIR})
+set(prefix_path "${PREFIX_PATH}")
+set(extra "")
+if(MODE STREQUAL "find_package")
+  execute_process(COMMAND ${CMAKE_COMMAND} --install ${STATICKV_BUILD_DIR} --prefix ${WORK_DIR}/prefix
+                  RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "install into ${WORK_DIR}/prefix failed")
+  endif()
+  list(PREPEND prefix_path ${WORK_DIR}/prefix)
+else()
+  set(extra -DSTATICKV_SOURCE_DIR=${STATICKV_SOURCE_DIR})
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
+                        -DCMAKE_BUILD_TYPE=${BUILD_TYPE} "-DCMAKE_PREFIX_PATH=${prefix_path}" ${extra}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "configuring the consumer (${MODE}) failed:\n${out}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/build
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "building the consumer (${MODE}) failed:\n${out}")
+endif()
+execute_process(COMMAND ${WORK_DIR}/build/consumer RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the consumer (${MODE}) exited with ${rc}")
+endif()

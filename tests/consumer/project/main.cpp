@@ -1,0 +1,23 @@
+// Uses the public API the way a downstream project would; exits non-zero on
+// any mismatch.
+#include <statickv/statickv.hpp>
+
+#include <cstdio>
+
+int main() {
+  statickv::CacheConfig config;
+  config.num_layers = 2;
+  config.num_kv_heads = 2;
+  config.head_dim = 4;
+  config.max_batch = 4;
+  config.max_len = 8;
+  statickv::StaticCache cache(config);
+  const at::Tensor key = at::ones({2, 2, 3, 4});
+  statickv::Step step = cache.prepare(at::arange(3), /*live_batch=*/2);
+  statickv::KV kv = cache.update(/*layer=*/0, key, key, step);
+  const bool ok = kv.keys.data_ptr() == cache.keys(0).data_ptr() &&
+                  at::equal(kv.keys.narrow(2, 0, 3), key) &&
+                  step.mask(0).sizes() == at::IntArrayRef({2, 1, 3, 8});
+  std::printf("statickv %s consumer: %s\n", statickv::kVersion, ok ? "ok" : "MISMATCH");
+  return ok ? 0 : 1;
+}

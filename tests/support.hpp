@@ -1,0 +1,170 @@
+#pragma once
+// Test support: a cache snapshot for bit-identity checks, and a plain
+// reference that keeps every token of every row, against which the caches'
+// attention outputs are compared.
+
+#include <statickv/statickv.hpp>
+
+#include <ATen/ATen.h>
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+namespace statickv::test {
+
+inline at::TensorOptions f32() { return at::TensorOptions().dtype(at::kFloat); }
+inline at::TensorOptions i64() { return at::TensorOptions().dtype(at::kLong); }
+
+inline at::Tensor positions(std::vector<int64_t> values) { return at::tensor(values, i64()); }
+inline at::Tensor positions(int64_t rows, std::vector<int64_t> values) {
+  const int64_t cols = static_cast<int64_t>(values.size()) / rows;
+  return at::tensor(values, i64()).view({rows, cols});
+}
+inline at::Tensor bools(std::vector<int64_t> values) {
+  return at::tensor(values, i64()).to(at::kBool);
+}
+inline at::Tensor arange_positions(int64_t start, int64_t count) {
+  return at::arange(start, start + count, i64());
+}
+
+/// Everything a cache stores, cloned.
+struct Snapshot {
+  std::vector<at::Tensor> keys, values, slot_positions;
+  at::Tensor seq_lengths;
+
+  explicit Snapshot(const CacheBase& cache) {
+    for (int64_t l = 0; l < cache.num_layers(); ++l) {
+      keys.push_back(cache.keys(l).clone());
+      values.push_back(cache.values(l).clone());
+      slot_positions.push_back(cache.slot_positions(l).clone());
+    }
+    seq_lengths = cache.seq_lengths().clone();
+  }
+
+  /// True when every buffer and all bookkeeping are bit-identical.
+  bool same_as(const CacheBase& cache) const {
+    for (int64_t l = 0; l < cache.num_layers(); ++l) {
+      if (!at::equal(keys[l], cache.keys(l)) || !at::equal(values[l], cache.values(l)) ||
+          !at::equal(slot_positions[l], cache.slot_positions(l))) {
+        return false;
+      }
+    }
+    return at::equal(seq_lengths, cache.seq_lengths());
+  }
+};
+
+/// Data pointers of every buffer a cache owns that a user can see.
+inline std::vector<const void*> addresses(const CacheBase& cache) {
+  std::vector<const void*> out;
+  for (int64_t l = 0; l < cache.num_layers(); ++l) {
+    out.push_back(cache.keys(l).data_ptr());
+    out.push_back(cache.values(l).data_ptr());
+    out.push_back(cache.slot_positions(l).data_ptr());
+  }
+  out.push_back(cache.seq_lengths().data_ptr());
+  return out;
+}
+
+/// Keeps every token ever written, per row and position, for one layer.
+/// Attention over it is the specification the caches must match.
+class ReferenceLayer {
+ public:
+  ReferenceLayer(int64_t max_batch, int64_t kv_heads, int64_t max_len, int64_t head_dim,
+                 int64_t window)
+      : keys_(at::zeros({max_batch, kv_heads, max_len, head_dim}, f32())),
+        values_(at::zeros_like(keys_)),
+        present_(at::zeros({max_batch, max_len}, at::kBool)),
+        window_(window) {}
+
+  /// pos: [b, q] (negative = padding); key/value [b, H, q, D].
+  void write(const at::Tensor& pos, const at::Tensor& key, const at::Tensor& value) {
+    auto acc = pos.accessor<int64_t, 2>();
+    for (int64_t r = 0; r < pos.size(0); ++r) {
+      for (int64_t t = 0; t < pos.size(1); ++t) {
+        const int64_t p = acc[r][t];
+        if (p < 0 || p >= keys_.size(2)) continue;
+        keys_[r].select(1, p).copy_(key[r].select(1, t));
+        values_[r].select(1, p).copy_(value[r].select(1, t));
+        present_[r][p] = true;
+      }
+    }
+  }
+
+  /// Attention of queries [b, Hq, q, D] at positions [b, q].
+  at::Tensor attend(const at::Tensor& query, const at::Tensor& pos) const {
+    const int64_t b = query.size(0);
+    const int64_t len = keys_.size(2);
+    const at::Tensor kpos = at::arange(len, i64()).view({1, 1, len});
+    const at::Tensor qpos = pos.unsqueeze(2);
+    at::Tensor mask =
+        present_.narrow(0, 0, b).unsqueeze(1).logical_and(kpos.le(qpos)).logical_and(qpos.ge(0));
+    if (window_ > 0) mask = mask.logical_and(qpos.sub(kpos).lt(window_));
+    return reference_attention(query.to(at::kFloat), keys_.narrow(0, 0, b), values_.narrow(0, 0, b),
+                               mask.unsqueeze(1));
+  }
+
+  void reset_row(int64_t row) { present_[row].fill_(false); }
+  void copy_row(int64_t src, int64_t dst) {
+    keys_[dst].copy_(keys_[src]);
+    values_[dst].copy_(values_[src]);
+    present_[dst].copy_(present_[src]);
+  }
+
+ private:
+  at::Tensor keys_, values_, present_;
+  int64_t window_;
+};
+
+/// Attention recomputed over whole sequences without any cache: causal (and
+/// windowed when window > 0). q/k/v: [b, H, T, D].
+inline at::Tensor recompute(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            int64_t window = 0) {
+  const int64_t len = q.size(2);
+  const at::Tensor i = at::arange(len, i64()).view({len, 1});
+  const at::Tensor j = at::arange(len, i64()).view({1, len});
+  at::Tensor mask = j.le(i);
+  if (window > 0) mask = mask.logical_and(i.sub(j).lt(window));
+  return reference_attention(q, k, v, mask.view({1, 1, len, len}).expand({q.size(0), 1, len, len}));
+}
+
+/// Tolerance of an attention output in `dtype` against a float32 reference.
+inline double tolerance(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kHalf:
+      return 5e-3;
+    case at::kBFloat16:
+      return 3e-2;
+    default:
+      return 1e-5;
+  }
+}
+
+inline bool close(const at::Tensor& actual, const at::Tensor& expected, double tol) {
+  const at::Tensor a = actual.to(at::kFloat);
+  const at::Tensor e = expected.to(at::kFloat);
+  if (a.sizes() != e.sizes()) return false;
+  return at::allclose(a, e, /*rtol=*/tol, /*atol=*/tol);
+}
+
+inline double max_diff(const at::Tensor& actual, const at::Tensor& expected) {
+  return (actual.to(at::kFloat) - expected.to(at::kFloat)).abs().max().item<double>();
+}
+
+/// Expects `fn` to throw c10::Error whose message contains every fragment.
+template <typename Fn>
+void require_error(Fn&& fn, const std::vector<std::string>& fragments) {
+  try {
+    fn();
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    for (const auto& fragment : fragments) {
+      INFO("message: " << what);
+      CHECK(what.find(fragment) != std::string::npos);
+    }
+    return;
+  }
+  FAIL("expected c10::Error mentioning " << fragments.front());
+}
+
+}  // namespace statickv::test
