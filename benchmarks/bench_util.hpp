@@ -75,8 +75,8 @@ struct Variant {
   std::function<void()> run;
 };
 
-/// Times each variant `rounds` times, `calls` calls per sample, interleaved,
-/// after `warmup` untimed calls each. Returns per-call stats in input order.
+/// Times each variant `rounds` times, `calls` calls per sample, interleaved
+/// in rotating order, after `warmup` untimed calls each. Returns per-call stats in input order.
 inline std::vector<Stats> measure_interleaved(const std::vector<Variant>& variants,
                                               const at::Device& device, int rounds, int calls,
                                               int warmup) {
@@ -86,7 +86,9 @@ inline std::vector<Stats> measure_interleaved(const std::vector<Variant>& varian
   sync(device);
   std::vector<std::vector<double>> samples(variants.size());
   for (int r = 0; r < rounds; ++r) {
-    for (size_t i = 0; i < variants.size(); ++i) {
+    // Each round starts at the next variant, so none always runs first.
+    for (size_t j = 0; j < variants.size(); ++j) {
+      const size_t i = (j + static_cast<size_t>(r)) % variants.size();
       sync(device);
       const auto start = std::chrono::steady_clock::now();
       for (int c = 0; c < calls; ++c) variants[i].run();

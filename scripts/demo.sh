@@ -15,4 +15,6 @@ echo
 "$BUILD_DIR/benchmarks/statickv_bench_decode" "${extra[@]}" \
   --json "$STATICKV_ROOT/results/decode_step.json" "${args[@]}"
 echo
+"$BUILD_DIR/benchmarks/statickv_bench_memory" | tee "$STATICKV_ROOT/results/memory.txt"
+echo
 echo "results: $STATICKV_ROOT/results/"

@@ -105,6 +105,14 @@ class ReferenceLayer {
   }
 
   void reset_row(int64_t row) { present_[row].fill_(false); }
+  /// Row i becomes old row indices[i].
+  void reorder(const std::vector<int64_t>& indices) {
+    const at::Tensor index = at::tensor(indices, i64());
+    const int64_t n = index.numel();
+    keys_.narrow(0, 0, n).copy_(keys_.index_select(0, index));
+    values_.narrow(0, 0, n).copy_(values_.index_select(0, index));
+    present_.narrow(0, 0, n).copy_(present_.index_select(0, index));
+  }
   void copy_row(int64_t src, int64_t dst) {
     keys_[dst].copy_(keys_[src]);
     values_[dst].copy_(values_[src]);

@@ -58,8 +58,13 @@ TEST_CASE("a decode step captured once in a CUDA graph replays for every positio
           "[cuda][graph]") {
   const at::ScalarType dtype = at::kHalf;
   const int64_t b = 4, max_len = 32, prefill = 5;
-  HybridCache eager(gpu_config(/*max_batch=*/8, max_len, dtype));
-  HybridCache graphed(gpu_config(/*max_batch=*/8, max_len, dtype));
+  // Layer 0 a sliding ring of 8 + 8 - 1 slots that wraps during decode.
+  CacheConfig config = gpu_config(/*max_batch=*/8, max_len, dtype);
+  config.layer_types = {LayerType::kSliding, LayerType::kFull};
+  config.sliding_window = 8;
+  config.max_chunk = 8;
+  HybridCache eager(config);
+  HybridCache graphed(config);
   at::manual_seed(2);
   const at::Tensor q = at::randn({b, 4, max_len, 64}, on_gpu(dtype));
   const at::Tensor k = at::randn({b, 2, max_len, 64}, on_gpu(dtype));
@@ -109,6 +114,7 @@ TEST_CASE("a decode step captured once in a CUDA graph replays for every positio
     k_in.copy_(k.narrow(2, t, 1));
     v_in.copy_(v.narrow(2, t, 1));
     graph.replay();
+    // The eager twin also checks the graph against the sliding mask rule.
     const at::Tensor want = decode(eager);
     at::cuda::device_synchronize();
     INFO("position " << t << " max diff " << max_diff(out, want));
@@ -119,4 +125,21 @@ TEST_CASE("a decode step captured once in a CUDA graph replays for every positio
   for (int64_t l = 0; l < 2; ++l) {
     CHECK(at::equal(graphed.keys(l).narrow(2, 0, max_len), eager.keys(l).narrow(2, 0, max_len)));
   }
+}
+
+TEST_CASE("on CUDA, padded queries give finite outputs and leave live rows intact", "[cuda]") {
+  HybridCache cache(gpu_config(/*max_batch=*/2, /*max_len=*/16, at::kHalf));
+  const at::Tensor kv = at::randn({2, 2, 4, 64}, on_gpu(at::kHalf));
+  Step step = cache.prepare(at::arange(4, on_gpu(at::kLong)), 2);
+  cache.update(0, kv, kv, step);
+  const at::Tensor before = cache.keys(0).narrow(2, 0, 16).clone();
+  const at::Tensor pos = at::tensor(std::vector<int64_t>{4, -1, -1, -1}, i64()).view({2, 2}).cuda();
+  step = cache.prepare(pos, 2);
+  KV out = cache.update(0, at::full({2, 2, 2, 64}, 7.0, on_gpu(at::kHalf)),
+                        at::full({2, 2, 2, 64}, 7.0, on_gpu(at::kHalf)), step);
+  const at::Tensor o = sdpa_attention(at::randn({2, 4, 2, 64}, on_gpu(at::kHalf)), out.keys,
+                                      out.values, step.mask(0));
+  CHECK(at::isfinite(o).all().item<bool>());
+  CHECK(at::equal(cache.keys(0)[1].narrow(1, 0, 16), before[1]));
+  CHECK(at::equal(cache.keys(0)[0].narrow(1, 0, 4), before[0].narrow(1, 0, 4)));
 }

@@ -27,6 +27,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -384,6 +385,27 @@ class CacheBase {
   at::Tensor seq_lengths_;          // [max_batch], int64
   uint64_t generation_ = 0;
 };
+
+/// Bytes a cache built from `config` will own (buffers and bookkeeping),
+/// computed without allocating: equals memory_bytes() of such a cache.
+inline int64_t estimate_memory_bytes(const CacheConfig& config) {
+  config.validate();
+  const int64_t element = static_cast<int64_t>(c10::elementSize(config.dtype));
+  const int64_t index = static_cast<int64_t>(sizeof(int64_t));
+  int64_t total = config.max_batch * index;  // seq_lengths
+  std::vector<LayerType> groups;
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    const LayerType type = config.layer_type(layer);
+    const int64_t slots = make_layer_policy(config, type)->buffer_len();
+    total += 2 * config.max_batch * config.num_kv_heads * slots * config.head_dim * element;
+    if (std::find(groups.begin(), groups.end(), type) == groups.end()) {
+      groups.push_back(type);
+      total += config.max_batch * slots * index;                // slot_positions
+      total += config.max_batch * config.num_kv_heads * index;  // row_head_base
+    }
+  }
+  return total;
+}
 
 /// Every layer full attention (Llama-style models).
 class StaticCache : public CacheBase {
