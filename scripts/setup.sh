@@ -8,10 +8,11 @@ set -euo pipefail
 STATICKV_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$STATICKV_ROOT"
 TORCH_VERSION=2.11.0
+TRANSFORMERS_VERSION=5.24.0  # the Hugging Face cross-check (tests/hf)
 VENV="$STATICKV_ROOT/.venv"
 BUILD_DIR=${STATICKV_BUILD_DIR:-$STATICKV_ROOT/build}
 
-need=(cmake g++ ninja-build catch2 clang-format gnuplot-nox)
+need=(cmake g++ ninja-build catch2 nlohmann-json3-dev clang-format gnuplot-nox)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 missing=()
 for pkg in "${need[@]}"; do
@@ -36,6 +37,10 @@ fi
 if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" >/dev/null 2>&1; then
   echo "== pip install torch==$TORCH_VERSION (LibTorch for CMake; a few minutes the first time)"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy
+fi
+if ! "$VENV/bin/python" -c "import safetensors, transformers, sys; sys.exit(transformers.__version__ != '$TRANSFORMERS_VERSION')" >/dev/null 2>&1; then
+  echo "== pip install transformers==$TRANSFORMERS_VERSION safetensors (the Hugging Face cross-check)"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION" safetensors
 fi
 TORCH_PREFIX=$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 

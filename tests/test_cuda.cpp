@@ -1,7 +1,7 @@
 // [cuda] tests: the cache on a GPU, eagerly and captured in a CUDA graph.
 // Built whenever LibTorch has CUDA; run where a device exists.
 
-#include "support.hpp"
+#include "runner_support.hpp"
 
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -142,4 +142,115 @@ TEST_CASE("on CUDA, padded queries give finite outputs and leave live rows intac
   CHECK(at::isfinite(o).all().item<bool>());
   CHECK(at::equal(cache.keys(0)[1].narrow(1, 0, 16), before[1]));
   CHECK(at::equal(cache.keys(0)[0].narrow(1, 0, 4), before[0].narrow(1, 0, 4)));
+}
+
+namespace {
+
+CacheConfig runner_gpu_config(int64_t max_batch, int64_t max_len) {
+  CacheConfig c = gpu_config(max_batch, max_len, at::kHalf);
+  c.layer_types = {LayerType::kSliding, LayerType::kFull};
+  c.sliding_window = 16;
+  c.max_chunk = 64;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("GraphRunner captures the decode step once per batch bucket and serves every batch",
+          "[cuda][graph][runner]") {
+  const int64_t max_batch = 16, max_len = 128;
+  HybridCache graphed(runner_gpu_config(max_batch, max_len));
+  HybridCache eager(runner_gpu_config(max_batch, max_len));
+  const AttentionStepShape shape{4, 2, 64};
+  GraphRunner::Options options;
+  options.device = at::Device(at::kCUDA, 0);
+  options.batch_buckets = ShapeBuckets::powers_of_two(max_batch);
+  options.query_buckets = ShapeBuckets::of({1});
+  GraphRunner runner(attention_step_inputs(shape, at::kHalf), attention_step_fn(graphed), options);
+  REQUIRE(runner.uses_graphs());
+  const auto cache_addresses = addresses(graphed);
+  at::manual_seed(4);
+  for (int64_t live = 1; live <= max_batch; ++live) {
+    for (int64_t t = 0; t < 3; ++t) {
+      const at::Tensor pos = at::full({live, 1}, (live - 1) * 3 + t, on_gpu(at::kLong));
+      const at::Tensor kv = at::randn({live, 1, 2, 64}, on_gpu(at::kHalf));
+      const at::Tensor q = at::randn({live, 1, 4, 64}, on_gpu(at::kHalf));
+      const at::Tensor got = runner.run({pos, kv, q})[0].clone();
+      const at::Tensor want = attention_step(eager, pos, kv, q);
+      INFO("live " << live << " max diff " << max_diff(got, want));
+      REQUIRE(close(got, want, 2e-3));
+    }
+  }
+  const RunnerStats stats = runner.stats();
+  CHECK(stats.captures == options.batch_buckets.count());
+  CHECK(stats.failed_captures == 0);
+  CHECK(stats.replays == 3 * max_batch);
+  CHECK(addresses(graphed) == cache_addresses);
+  CHECK(at::equal(graphed.seq_lengths(), eager.seq_lengths()));
+}
+
+TEST_CASE("40 random prompt lengths need at most log2(max_len) + 1 prefill captures",
+          "[cuda][graph][runner]") {
+  const int64_t max_len = 64;
+  HybridCache graphed(runner_gpu_config(/*max_batch=*/2, max_len + 8));
+  HybridCache eager(runner_gpu_config(/*max_batch=*/2, max_len + 8));
+  GraphRunner::Options options;
+  options.device = at::Device(at::kCUDA, 0);
+  options.batch_buckets = ShapeBuckets::of({2});
+  options.query_buckets = ShapeBuckets::powers_of_two(max_len);
+  GraphRunner runner(attention_step_inputs({4, 2, 64}, at::kHalf), attention_step_fn(graphed),
+                     options);
+  std::vector<const void*> first_inputs;
+  at::manual_seed(5);
+  for (int i = 0; i < 40; ++i) {
+    const int64_t len = 1 + (i * 37) % max_len;
+    graphed.reset();
+    eager.reset();
+    const at::Tensor pos = at::arange(len, on_gpu(at::kLong)).repeat({2, 1});
+    const at::Tensor kv = at::randn({2, len, 2, 64}, on_gpu(at::kHalf));
+    const at::Tensor q = at::randn({2, len, 4, 64}, on_gpu(at::kHalf));
+    const at::Tensor got = runner.run({pos, kv, q})[0].clone();
+    const at::Tensor want = attention_step(eager, pos, kv, q);
+    INFO("length " << len << " max diff " << max_diff(got, want));
+    REQUIRE(close(got, want, 2e-3));
+    const GraphKey key = runner.key_for(2, len);
+    if (key.query_len == max_len) {
+      std::vector<const void*> now;
+      for (const auto& t : runner.static_inputs(key)) now.push_back(t.data_ptr());
+      if (first_inputs.empty()) first_inputs = now;
+      CHECK(now == first_inputs);
+    }
+  }
+  const RunnerStats stats = runner.stats();
+  CHECK(stats.captures <= 7);  // ceil(log2(64)) + 1
+  CHECK(stats.failed_captures == 0);
+  CHECK(stats.replays == 40);
+}
+
+TEST_CASE("a host sync inside a captured step is reported and the runner stays usable",
+          "[cuda][graph][runner]") {
+  HybridCache cache(runner_gpu_config(/*max_batch=*/2, /*max_len=*/32));
+  GraphRunner::Options options;
+  options.device = at::Device(at::kCUDA, 0);
+  options.batch_buckets = ShapeBuckets::of({2});
+  options.query_buckets = ShapeBuckets::of({1});
+  const GraphRunner::StepFn syncing = [&](const std::vector<at::Tensor>& in, const GraphKey& key) {
+    at::Tensor out = attention_step(cache, in[0], in[1], in[2], key.attend_len);
+    if (out.abs().sum().item<float>() < 0) out = out.neg();  // .item(): a host sync
+    return std::vector<at::Tensor>{out};
+  };
+  GraphRunner runner(attention_step_inputs({4, 2, 64}, at::kHalf), syncing, options);
+  const at::Tensor pos = at::zeros({2, 1}, on_gpu(at::kLong));
+  const at::Tensor kv = at::randn({2, 1, 2, 64}, on_gpu(at::kHalf));
+  const at::Tensor q = at::randn({2, 1, 4, 64}, on_gpu(at::kHalf));
+  const at::Tensor out = runner.run({pos, kv, q})[0];  // falls back to eager
+  CHECK(at::isfinite(out).all().item<bool>());
+  const RunnerStats stats = runner.stats();
+  CHECK(stats.failed_captures == 1);
+  CHECK(stats.eager_runs == 1);
+  REQUIRE(stats.keys.size() == 1);
+  INFO(stats.keys[0].capture_failure);
+  CHECK(stats.keys[0].capture_failure.find("capture") != std::string::npos);
+  // The device and the stream still work: a fresh eager step runs.
+  CHECK(at::isfinite(runner.run({pos.add(1), kv, q})[0]).all().item<bool>());
 }

@@ -2,8 +2,10 @@
 // Umbrella header: everything a CPU-only or CUDA user needs.
 
 #include <statickv/attention.hpp>
+#include <statickv/buckets.hpp>
 #include <statickv/cache.hpp>
 #include <statickv/config.hpp>
+#include <statickv/graph_runner.hpp>
 #include <statickv/layers.hpp>
 #include <statickv/mask.hpp>
 #include <statickv/step.hpp>

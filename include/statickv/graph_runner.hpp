@@ -1,0 +1,310 @@
+#pragma once
+// GraphRunner: capture a step once per bucket, replay it for every size.
+//
+// The runner owns, per key (batch bucket, query-length bucket and optionally
+// attended-length bucket), static input buffers [B, Q, ...], the step's
+// static outputs and, on CUDA, one CUDA graph; all graphs share one memory
+// pool and are captured largest first, so smaller captures reuse what the
+// first one grew. A call pads its real inputs [b, q, ...] into the key's
+// buffers (positions with -1: padded tokens and rows go to the cache's
+// scratch slot), replays, and returns views [b, q, ...] of the static
+// outputs, valid until the next call with the same key.
+//
+// Without CUDA (a CPU device, a build without STATICKV_HAS_CUDA, or
+// use_graphs = false) the same class runs the step eagerly on the same
+// padded buffers, so bucketing, padding and output recovery are one code
+// path, tested in CI without a GPU.
+//
+// Requirement on the step: on all-padding inputs (what warm-up runs before a
+// capture use) it must change nothing that matters; a cache step does
+// exactly that, since padded positions only reach the scratch slot.
+//
+// A capture that fails (a host sync inside the step, say) is ended cleanly;
+// the key falls back to eager runs and stats() reports the key and the
+// reason. The runner stays usable.
+
+#include <statickv/buckets.hpp>
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace statickv {
+
+/// The padded shape a step runs at. attend_len is -1 without attend buckets.
+struct GraphKey {
+  int64_t batch = 0;
+  int64_t query_len = 0;
+  int64_t attend_len = -1;
+  bool operator<(const GraphKey& o) const {
+    return std::tie(batch, query_len, attend_len) < std::tie(o.batch, o.query_len, o.attend_len);
+  }
+  bool operator==(const GraphKey& o) const {
+    return batch == o.batch && query_len == o.query_len && attend_len == o.attend_len;
+  }
+};
+
+/// One step input, [batch, q, trailing...], padded with pad_value.
+struct InputSpec {
+  std::string name;
+  at::ScalarType dtype = at::kLong;
+  std::vector<int64_t> trailing;
+  at::Scalar pad_value = 0;
+};
+
+struct KeyStats {
+  GraphKey key;
+  bool captured = false;
+  int64_t runs = 0;             ///< calls served by this key (replays or eager runs)
+  double capture_seconds = 0;   ///< warm-up + capture
+  int64_t real_tokens = 0;      ///< sum of b * q over calls
+  int64_t padded_tokens = 0;    ///< sum of B * Q - b * q over calls
+  std::string capture_failure;  ///< why a capture failed ("" = none)
+  double padded_fraction() const {
+    const int64_t total = real_tokens + padded_tokens;
+    return total > 0 ? static_cast<double>(padded_tokens) / static_cast<double>(total) : 0.0;
+  }
+};
+
+struct RunnerStats {
+  int64_t captures = 0;
+  int64_t failed_captures = 0;
+  int64_t replays = 0;
+  int64_t eager_runs = 0;
+  double capture_seconds = 0;
+  std::vector<KeyStats> keys;  ///< by key order
+};
+
+namespace detail {
+
+/// A captured device graph: the CUDA implementation lives in src/ so that
+/// public headers need no CUDA headers.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  virtual void replay() = 0;
+};
+
+/// A memory pool shared by a runner's graphs (opaque outside src/).
+struct GraphPool {
+  uint64_t first = 0;
+  uint64_t second = 0;
+};
+
+#ifdef STATICKV_HAS_CUDA
+/// A fresh pool for the current CUDA device.
+GraphPool new_graph_pool();
+/// Runs `warmup` eagerly `warmup_runs` times, then captures `body` once, on a
+/// side stream of `device`, allocating from `pool`. Throws c10::Error, with
+/// the capture ended and the stream usable again, if capture fails.
+std::unique_ptr<DeviceGraph> capture_cuda_graph(const at::Device& device, GraphPool pool,
+                                                int warmup_runs, const std::function<void()>& body);
+#endif
+
+}  // namespace detail
+
+class GraphRunner {
+ public:
+  /// Runs one step at the key's padded shape on the static inputs and
+  /// returns its outputs, each [key.batch, key.query_len, ...].
+  using StepFn =
+      std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&, const GraphKey&)>;
+
+  struct Options {
+    ShapeBuckets batch_buckets = ShapeBuckets::of({1});
+    ShapeBuckets query_buckets = ShapeBuckets::of({1});
+    std::optional<ShapeBuckets> attend_buckets;
+    at::Device device = at::Device(at::kCPU);
+    bool use_graphs = true;  ///< CUDA graphs where available; false = always eager
+    int warmup_runs = 2;
+  };
+
+  GraphRunner(std::vector<InputSpec> inputs, StepFn step, Options options)
+      : specs_(std::move(inputs)), step_(std::move(step)), options_(std::move(options)) {
+    TORCH_CHECK(!specs_.empty(), "inputs: expected at least one InputSpec but got none");
+    TORCH_CHECK(step_ != nullptr, "step: expected a callable step function");
+    TORCH_CHECK(options_.warmup_runs >= 0, "Options.warmup_runs: expected >= 0 but got ",
+                options_.warmup_runs);
+#ifdef STATICKV_HAS_CUDA
+    graphs_ = options_.use_graphs && options_.device.is_cuda();
+    if (graphs_) pool_ = detail::new_graph_pool();
+#endif
+  }
+
+  // The runner owns graphs that point into its static buffers, and steps
+  // that usually refer to it: copying or moving it would leave them dangling.
+  GraphRunner(const GraphRunner&) = delete;
+  GraphRunner& operator=(const GraphRunner&) = delete;
+  GraphRunner(GraphRunner&&) = delete;
+  GraphRunner& operator=(GraphRunner&&) = delete;
+
+  /// True when calls replay CUDA graphs (else the step runs eagerly).
+  bool uses_graphs() const { return graphs_; }
+
+  /// The key that serves `batch` rows of `query_len` tokens attending up to
+  /// `attend_len` positions (ignored without attend buckets).
+  GraphKey key_for(int64_t batch, int64_t query_len, int64_t attend_len = -1) const {
+    GraphKey key;
+    key.batch = options_.batch_buckets.round_up(batch);
+    key.query_len = options_.query_buckets.round_up(query_len);
+    if (options_.attend_buckets) {
+      TORCH_CHECK(attend_len >= 1, "attend_len: expected >= 1 with attend buckets but got ",
+                  attend_len);
+      key.attend_len = options_.attend_buckets->round_up(attend_len);
+    }
+    return key;
+  }
+
+  /// Pads `inputs` (each [b, q, ...]) into the key's static buffers, runs
+  /// the step (replay or eager) and returns views [b, q, ...] of its outputs.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, int64_t attend_len = -1) {
+    TORCH_CHECK(inputs.size() == specs_.size(), "inputs: expected ", specs_.size(),
+                " tensors but got ", inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) check_input(i, inputs[i], inputs[0]);
+    const int64_t b = inputs[0].size(0);
+    const int64_t q = inputs[0].size(1);
+    const GraphKey key = key_for(b, q, attend_len);
+    Entry& entry = entry_for(key);
+    if (graphs_ && !entry.graph && entry.stats.capture_failure.empty()) capture(entry);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      pad_into(entry.inputs[i], inputs[i], specs_[i].pad_value);
+    }
+    if (entry.graph) {
+      entry.graph->replay();
+      ++stats_.replays;
+    } else {
+      entry.outputs = checked_outputs(step_(entry.inputs, key), key);
+      ++stats_.eager_runs;
+    }
+    ++entry.stats.runs;
+    entry.stats.real_tokens += b * q;
+    entry.stats.padded_tokens += key.batch * key.query_len - b * q;
+    std::vector<at::Tensor> out;
+    for (const auto& o : entry.outputs) out.push_back(unpad(o, b, q));
+    return out;
+  }
+
+  /// Captures every key now (largest first), instead of on first use.
+  /// Without graphs this only allocates the keys' static buffers.
+  void capture_all() {
+    std::vector<int64_t> attends = {-1};
+    if (options_.attend_buckets) attends = options_.attend_buckets->capture_order();
+    for (int64_t batch : options_.batch_buckets.capture_order()) {
+      for (int64_t q : options_.query_buckets.capture_order()) {
+        for (int64_t a : attends) {
+          Entry& entry = entry_for(GraphKey{batch, q, a});
+          if (graphs_ && !entry.graph && entry.stats.capture_failure.empty()) capture(entry);
+        }
+      }
+    }
+  }
+
+  RunnerStats stats() const {
+    RunnerStats s = stats_;
+    for (const auto& [key, entry] : entries_) s.keys.push_back(entry.stats);
+    return s;
+  }
+
+  /// The static input buffers of a key (for tests: their addresses never change).
+  const std::vector<at::Tensor>& static_inputs(const GraphKey& key) const {
+    auto it = entries_.find(key);
+    TORCH_CHECK(it != entries_.end(), "key: no entry for [", key.batch, ", ", key.query_len, ", ",
+                key.attend_len, "]");
+    return it->second.inputs;
+  }
+
+ private:
+  struct Entry {
+    std::vector<at::Tensor> inputs;   // [B, Q, ...] each
+    std::vector<at::Tensor> outputs;  // [B, Q, ...] each
+    std::unique_ptr<detail::DeviceGraph> graph;
+    KeyStats stats;
+  };
+
+  void check_input(size_t i, const at::Tensor& t, const at::Tensor& first) const {
+    const InputSpec& spec = specs_[i];
+    const std::string name = "inputs[" + std::to_string(i) + "] (" + spec.name + ")";
+    TORCH_CHECK(t.defined(), name, ": expected a defined tensor");
+    TORCH_CHECK(t.scalar_type() == spec.dtype, name, ": expected dtype ", spec.dtype, " but got ",
+                t.scalar_type());
+    TORCH_CHECK(t.device() == options_.device, name, ": expected device ", options_.device,
+                " but got ", t.device());
+    TORCH_CHECK(t.dim() == 2 + static_cast<int64_t>(spec.trailing.size()) &&
+                    t.sizes().slice(2) == at::IntArrayRef(spec.trailing),
+                name, ": expected shape [batch, q, ", at::IntArrayRef(spec.trailing), "] but got ",
+                t.sizes());
+    TORCH_CHECK(t.size(0) == first.size(0) && t.size(1) == first.size(1), name,
+                ": expected batch and q ", first.sizes().slice(0, 2), " like inputs[0] but got ",
+                t.sizes().slice(0, 2));
+  }
+
+  Entry& entry_for(const GraphKey& key) {
+    auto it = entries_.find(key);
+    if (it != entries_.end()) return it->second;
+    Entry entry;
+    entry.stats.key = key;
+    for (const InputSpec& spec : specs_) {
+      std::vector<int64_t> shape = {key.batch, key.query_len};
+      shape.insert(shape.end(), spec.trailing.begin(), spec.trailing.end());
+      entry.inputs.push_back(at::full(
+          shape, spec.pad_value, at::TensorOptions().dtype(spec.dtype).device(options_.device)));
+    }
+    return entries_.emplace(key, std::move(entry)).first->second;
+  }
+
+  std::vector<at::Tensor> checked_outputs(std::vector<at::Tensor> outputs,
+                                          const GraphKey& key) const {
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      TORCH_CHECK(outputs[i].defined() && outputs[i].dim() >= 2 &&
+                      outputs[i].size(0) == key.batch && outputs[i].size(1) == key.query_len,
+                  "step output ", i, ": expected shape [", key.batch, ", ", key.query_len,
+                  ", ...] (the key's padded batch and q) but got ",
+                  outputs[i].defined() ? outputs[i].sizes() : at::IntArrayRef{});
+    }
+    return outputs;
+  }
+
+  void capture(Entry& entry) {
+#ifdef STATICKV_HAS_CUDA
+    const GraphKey key = entry.stats.key;
+    for (size_t i = 0; i < specs_.size(); ++i) entry.inputs[i].fill_(specs_[i].pad_value);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      std::vector<at::Tensor> outputs;
+      entry.graph = detail::capture_cuda_graph(options_.device, pool_, options_.warmup_runs, [&] {
+        outputs = checked_outputs(step_(entry.inputs, key), key);
+      });
+      entry.outputs = std::move(outputs);
+      entry.stats.captured = true;
+      ++stats_.captures;
+    } catch (const c10::Error& e) {
+      entry.graph.reset();
+      entry.stats.capture_failure = e.what_without_backtrace();
+      ++stats_.failed_captures;
+    }
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    entry.stats.capture_seconds += took;
+    stats_.capture_seconds += took;
+#else
+    (void)entry;
+#endif
+  }
+
+  std::vector<InputSpec> specs_;
+  StepFn step_;
+  Options options_;
+  bool graphs_ = false;
+  detail::GraphPool pool_;
+  std::map<GraphKey, Entry> entries_;
+  RunnerStats stats_;
+};
+
+}  // namespace statickv

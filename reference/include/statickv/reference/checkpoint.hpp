@@ -1,0 +1,60 @@
+#pragma once
+// Checkpoints in Hugging Face's layout: config.json plus model.safetensors,
+// or shards model-0000N-of-0000M.safetensors listed by
+// model.safetensors.index.json. Parameter names are Hugging Face Llama's
+// (model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight, ...,
+// lm_head.weight). Also: named random-weight shapes for tests and benchmarks.
+//
+// Errors (missing file or tensor, wrong shape, unknown dtype, truncated file,
+// bad JSON) are c10::Error naming the file and, where there is one, the tensor.
+
+#include <statickv/reference/model_config.hpp>
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace statickv::reference {
+
+/// Parameter name -> tensor.
+using Weights = std::map<std::string, at::Tensor>;
+
+/// Reads a Hugging Face config.json (llama, mistral, qwen2 model types;
+/// rope_parameters or the older rope_theta/rope_scaling fields; layer_types,
+/// or Mistral's all-layer sliding_window, or Qwen2's use_sliding_window +
+/// max_window_layers).
+ModelConfig load_config(const std::string& config_json_path);
+
+/// Every parameter the model needs, with its shape, in a stable order.
+std::vector<std::pair<std::string, std::vector<int64_t>>> expected_parameters(
+    const ModelConfig& config);
+
+/// Loads config.json and the safetensors weights of `dir`, checks every
+/// expected parameter is present with its shape, and returns the weights in
+/// `dtype` on `device`. Tensors are read through a memory map; on the CPU in
+/// the file's own dtype they are used in place (no copy).
+struct Checkpoint {
+  ModelConfig config;
+  Weights weights;
+};
+Checkpoint load_checkpoint(const std::string& dir, at::ScalarType dtype, at::Device device);
+
+/// Reads every tensor of one .safetensors file (F32, F16, BF16; also I64/I32
+/// for tools), as CPU tensors backed by the file's memory map.
+Weights read_safetensors(const std::string& path);
+
+/// Writes tensors to one .safetensors file (used by tests and tools).
+void write_safetensors(const std::string& path, const Weights& tensors);
+
+/// Named shapes: "tiny" (tests), "tiny-mistral", "tiny-qwen2",
+/// "llama-3.2-1b", "llama-3.1-8b" (the real layer counts, heads and dims).
+ModelConfig named_config(const std::string& name);
+std::vector<std::string> named_config_names();
+
+/// Seeded random weights for `config`: normal(0, 0.02) matrices, unit norms.
+Weights random_weights(const ModelConfig& config, uint64_t seed, at::ScalarType dtype,
+                       at::Device device);
+
+}  // namespace statickv::reference

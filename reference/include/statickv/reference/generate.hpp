@@ -1,0 +1,62 @@
+#pragma once
+// generate(): prefill then decode a batch of prompts of different lengths
+// (ragged rows) through a StaticCache, HybridCache or the DynamicCache
+// baseline; greedy by default, temperature/top-k sampling with a seed.
+
+#include <statickv/graph_runner.hpp>
+#include <statickv/reference/model.hpp>
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace statickv::reference {
+
+enum class CacheKind { kStatic, kHybrid, kDynamic };
+
+CacheKind parse_cache_kind(const std::string& name);  // "static" | "hybrid" | "dynamic"
+const char* to_string(CacheKind kind);
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 16;
+  CacheKind cache = CacheKind::kHybrid;
+  AttentionKernel kernel = AttentionKernel::kSdpa;
+  double temperature = 0.0;  ///< 0 = greedy
+  int64_t top_k = 0;         ///< 0 = no top-k filter (sampling only)
+  uint64_t seed = 0;
+  bool stop_at_eos = true;  ///< a row stops after emitting an EOS id
+  bool record_logits = false;
+  int64_t max_len = 0;        ///< cache capacity; 0 = longest prompt + max_new_tokens
+  int64_t prefill_chunk = 0;  ///< 0 = as large as the cache allows
+  /// Cache rows (static/hybrid); 0 = the number of prompts. A larger cache
+  /// serves the batch through its batch-prefix views.
+  int64_t max_batch = 0;
+  /// Static/hybrid caches: run prefill and decode through a GraphRunner
+  /// (batch buckets, prompt-length buckets, attended-length buckets). It
+  /// replays CUDA graphs on a GPU and runs the same padded steps eagerly on
+  /// the CPU. false: plain eager steps at the exact shapes.
+  bool bucketed = true;
+  /// With bucketed on a CUDA device: capture CUDA graphs (false: eager).
+  bool cuda_graphs = true;
+  /// Called after each decode step with (steps done, steps planned).
+  std::function<void(int64_t, int64_t)> on_step;
+};
+
+struct GenerateResult {
+  std::vector<std::vector<int64_t>> tokens;  ///< generated ids per prompt
+  std::vector<at::Tensor> logits;  ///< per prompt [generated, vocab] float32 (record_logits)
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  int64_t decode_steps = 0;
+  int64_t cache_bytes = 0;     ///< static/hybrid: allocated; dynamic: held at the end
+  RunnerStats prefill_runner;  ///< bucketed runs only
+  RunnerStats decode_runner;
+};
+
+GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<int64_t>>& prompts,
+                        const GenerateOptions& options);
+
+}  // namespace statickv::reference

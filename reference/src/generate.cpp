@@ -1,0 +1,216 @@
+// generate(): ragged-batch prefill then decode through one of the caches.
+
+#include <statickv/cache.hpp>
+#include <statickv/reference/generate.hpp>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace statickv::reference {
+
+CacheKind parse_cache_kind(const std::string& name) {
+  if (name == "static") return CacheKind::kStatic;
+  if (name == "hybrid") return CacheKind::kHybrid;
+  if (name == "dynamic") return CacheKind::kDynamic;
+  TORCH_CHECK(false, "cache: expected static, hybrid or dynamic but got ", name);
+}
+
+const char* to_string(CacheKind kind) {
+  switch (kind) {
+    case CacheKind::kStatic:
+      return "static";
+    case CacheKind::kHybrid:
+      return "hybrid";
+    case CacheKind::kDynamic:
+      return "dynamic";
+  }
+  return "unknown";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start, const at::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize();
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Picks the next token of each row from logits [b, vocab] (CPU, float32).
+std::vector<int64_t> pick(const at::Tensor& logits, const GenerateOptions& options,
+                          at::Generator& generator) {
+  if (options.temperature <= 0.0) {
+    const at::Tensor best = logits.argmax(-1);
+    return std::vector<int64_t>(best.data_ptr<int64_t>(), best.data_ptr<int64_t>() + best.numel());
+  }
+  at::Tensor scaled = logits.div(options.temperature);
+  if (options.top_k > 0 && options.top_k < scaled.size(-1)) {
+    const at::Tensor kth =
+        std::get<0>(scaled.topk(options.top_k, -1)).narrow(-1, options.top_k - 1, 1);
+    scaled = scaled.masked_fill(scaled.lt(kth), -std::numeric_limits<float>::infinity());
+  }
+  const at::Tensor drawn = at::multinomial(at::softmax(scaled, -1), 1, false, generator).view(-1);
+  return std::vector<int64_t>(drawn.data_ptr<int64_t>(), drawn.data_ptr<int64_t>() + drawn.numel());
+}
+
+}  // namespace
+
+GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<int64_t>>& prompts,
+                        const GenerateOptions& options) {
+  const ModelConfig& config = model.config();
+  const int64_t b = static_cast<int64_t>(prompts.size());
+  TORCH_CHECK(b >= 1, "prompts: expected at least one prompt but got none");
+  TORCH_CHECK(options.max_new_tokens >= 1, "max_new_tokens: expected >= 1 but got ",
+              options.max_new_tokens);
+  std::vector<int64_t> lens;
+  for (int64_t r = 0; r < b; ++r) {
+    const auto& prompt = prompts[static_cast<size_t>(r)];
+    TORCH_CHECK(!prompt.empty(), "prompts[", r, "]: expected at least one token but got none");
+    for (size_t t = 0; t < prompt.size(); ++t) {
+      TORCH_CHECK(prompt[t] >= 0 && prompt[t] < config.vocab_size, "prompts[", r, "][", t,
+                  "]: expected a token id in [0, vocab_size=", config.vocab_size, ") but got ",
+                  prompt[t]);
+    }
+    lens.push_back(static_cast<int64_t>(prompt.size()));
+  }
+  const int64_t longest = *std::max_element(lens.begin(), lens.end());
+  const int64_t max_len = options.max_len > 0 ? options.max_len : longest + options.max_new_tokens;
+  TORCH_CHECK(longest + options.max_new_tokens <= max_len, "max_len: expected at least ",
+              longest + options.max_new_tokens, " (longest prompt + max_new_tokens) but got ",
+              max_len);
+  TORCH_CHECK(options.cache != CacheKind::kStatic || !config.has_sliding(),
+              "cache: expected hybrid or dynamic for a model with sliding-window layers but got "
+              "static");
+
+  // The cache, and how many tokens one prefill pass may carry.
+  std::unique_ptr<CacheBase> cache;
+  std::unique_ptr<AttentionBackend> backend;
+  int64_t chunk = options.prefill_chunk > 0 ? options.prefill_chunk : longest;
+  if (options.cache == CacheKind::kDynamic) {
+    backend = std::make_unique<DynamicCache>(config, options.kernel);
+  } else {
+    TORCH_CHECK(options.max_batch == 0 || options.max_batch >= b, "max_batch: expected 0 or >= ", b,
+                " (the number of prompts) but got ", options.max_batch);
+    CacheConfig cache_config = model.cache_config(std::max(b, options.max_batch), max_len);
+    cache_config.max_chunk =
+        options.prefill_chunk > 0 ? std::min(options.prefill_chunk, max_len) : 0;
+    if (options.cache == CacheKind::kStatic) {
+      cache = std::make_unique<StaticCache>(cache_config);
+    } else {
+      cache = std::make_unique<HybridCache>(cache_config);
+    }
+    chunk = std::min(chunk, cache->config().chunk_limit());
+    backend = std::make_unique<CacheBackend>(*cache, options.kernel);
+  }
+
+  const at::Device device = model.device();
+
+  // Bucketed runners: one forward per padded key, replayed as a CUDA graph
+  // on a GPU. Padded rows and tokens carry position -1 (scratch slot).
+  std::unique_ptr<GraphRunner> prefill_runner, decode_runner;
+  if (options.bucketed && cache) {
+    const std::vector<InputSpec> inputs = {{"ids", at::kLong, {}, 0},
+                                           {"positions", at::kLong, {}, -1}};
+    const GraphRunner::StepFn step = [&](const std::vector<at::Tensor>& in, const GraphKey& key) {
+      return std::vector<at::Tensor>{model.forward(in[0], in[1], *backend, key.attend_len)};
+    };
+    GraphRunner::Options ro;
+    ro.device = device;
+    ro.use_graphs = options.cuda_graphs;
+    ro.batch_buckets = ShapeBuckets::powers_of_two(cache->config().max_batch);
+    ro.attend_buckets = ShapeBuckets::powers_of_two(max_len, std::min<int64_t>(64, max_len));
+    ro.query_buckets = ShapeBuckets::of({1});
+    decode_runner = std::make_unique<GraphRunner>(inputs, step, ro);
+    ro.query_buckets = ShapeBuckets::powers_of_two(chunk);
+    prefill_runner = std::make_unique<GraphRunner>(inputs, step, ro);
+  }
+  auto forward = [&](GraphRunner* runner, const at::Tensor& ids, const at::Tensor& pos,
+                     int64_t attend) {
+    if (runner) return runner->run({ids.to(device), pos.to(device)}, attend)[0];
+    return model.forward(ids.to(device), pos.to(device), *backend, attend);
+  };
+  const auto on_host = at::TensorOptions().dtype(at::kLong);
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
+  GenerateResult result;
+  result.tokens.resize(static_cast<size_t>(b));
+  std::vector<std::vector<at::Tensor>> logits(static_cast<size_t>(b));
+  std::vector<bool> done(static_cast<size_t>(b), false);
+  auto is_eos = [&](int64_t id) {
+    return std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), id) !=
+           config.eos_token_ids.end();
+  };
+  // Records each row's new token (rows already done get nothing).
+  auto accept = [&](const at::Tensor& row_logits) {
+    const std::vector<int64_t> next = pick(row_logits, options, generator);
+    for (int64_t r = 0; r < b; ++r) {
+      if (done[r]) continue;
+      result.tokens[r].push_back(next[r]);
+      if (options.record_logits) logits[r].push_back(row_logits[r].clone());
+      if (static_cast<int64_t>(result.tokens[r].size()) >= options.max_new_tokens ||
+          (options.stop_at_eos && is_eos(next[r]))) {
+        done[r] = true;
+      }
+    }
+  };
+
+  // Prefill: every row at its own positions, padded with -1 past its prompt.
+  auto start = Clock::now();
+  at::Tensor last = at::zeros({b, config.vocab_size}, at::TensorOptions().dtype(at::kFloat));
+  for (int64_t begin = 0; begin < longest; begin += chunk) {
+    const int64_t q = std::min(chunk, longest - begin);
+    at::Tensor ids = at::zeros({b, q}, on_host);
+    at::Tensor pos = at::full({b, q}, -1, on_host);
+    for (int64_t r = 0; r < b; ++r) {
+      for (int64_t t = 0; t < q && begin + t < lens[r]; ++t) {
+        ids[r][t] = prompts[r][begin + t];
+        pos[r][t] = begin + t;
+      }
+    }
+    const at::Tensor out = forward(prefill_runner.get(), ids, pos, /*attend_len=*/begin + q).cpu();
+    for (int64_t r = 0; r < b; ++r) {
+      const int64_t t = lens[r] - 1 - begin;
+      if (t >= 0 && t < q) last[r].copy_(out[r][t]);
+    }
+  }
+  accept(last);
+  result.prefill_seconds = seconds_since(start, device);
+
+  // Decode: one token per row per pass; finished rows ride along as padding.
+  start = Clock::now();
+  const int64_t planned = options.max_new_tokens - 1;
+  for (int64_t step = 0; step < planned; ++step) {
+    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
+    at::Tensor ids = at::zeros({b, 1}, on_host);
+    at::Tensor pos = at::full({b, 1}, -1, on_host);
+    int64_t attend = 1;
+    for (int64_t r = 0; r < b; ++r) {
+      if (done[r]) continue;
+      ids[r][0] = result.tokens[r].back();
+      const int64_t p = lens[r] + static_cast<int64_t>(result.tokens[r].size()) - 1;
+      pos[r][0] = p;
+      attend = std::max(attend, p + 1);
+    }
+    const at::Tensor out = forward(decode_runner.get(), ids, pos, attend);
+    accept(out.select(1, 0).cpu());
+    ++result.decode_steps;
+    if (options.on_step) options.on_step(step + 1, planned);
+  }
+  result.decode_seconds = seconds_since(start, device);
+
+  if (options.record_logits) {
+    for (auto& row : logits) result.logits.push_back(at::stack(row));
+  }
+  if (prefill_runner) result.prefill_runner = prefill_runner->stats();
+  if (decode_runner) result.decode_runner = decode_runner->stats();
+  if (cache) {
+    result.cache_bytes = cache->memory_bytes();
+  } else {
+    result.cache_bytes = static_cast<DynamicCache&>(*backend).memory_bytes();
+  }
+  return result;
+}
+
+}  // namespace statickv::reference

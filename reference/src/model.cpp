@@ -1,0 +1,242 @@
+// The reference Llama-family decoder and its attention backends.
+
+#include <statickv/attention.hpp>
+#include <statickv/reference/model.hpp>
+
+#include <cmath>
+
+namespace statickv::reference {
+
+namespace {
+
+// Hugging Face's rotate_half: (x1, x2) -> (-x2, x1) on the two halves.
+at::Tensor rotate_half(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return at::cat({x.narrow(-1, half, half).neg(), x.narrow(-1, 0, half)}, -1);
+}
+
+at::Tensor project(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {}) {
+  return at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
+}
+
+// Inverse frequencies [head_dim / 2] (float32), "default" or "llama3".
+at::Tensor inverse_frequencies(const RopeConfig& rope, int64_t head_dim) {
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  at::Tensor inv = at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kLong))
+                       .to(at::kFloat)
+                       .div(static_cast<double>(head_dim));
+  inv = at::pow(at::scalar_tensor(rope.theta, f32), inv).reciprocal();
+  if (rope.type == "llama3") {
+    // Llama 3.1's frequency-dependent scaling: long wavelengths are divided
+    // by `factor`, short ones kept, the band between interpolated.
+    const double old_len = static_cast<double>(rope.original_max_position_embeddings);
+    const double low_wavelen = old_len / rope.low_freq_factor;
+    const double high_wavelen = old_len / rope.high_freq_factor;
+    const at::Tensor wavelen = inv.reciprocal().mul(2 * M_PI);
+    at::Tensor scaled = at::where(wavelen.gt(low_wavelen), inv.div(rope.factor), inv);
+    const at::Tensor smooth = wavelen.reciprocal()
+                                  .mul(old_len)
+                                  .sub(rope.low_freq_factor)
+                                  .div(rope.high_freq_factor - rope.low_freq_factor);
+    const at::Tensor smoothed =
+        smooth.neg().add(1).mul(scaled).div(rope.factor).add(smooth.mul(scaled));
+    const at::Tensor medium = wavelen.ge(high_wavelen).logical_and(wavelen.le(low_wavelen));
+    inv = at::where(medium, smoothed, scaled);
+  }
+  return inv;
+}
+
+at::Tensor run_kernel(AttentionKernel kernel, const at::Tensor& q, const at::Tensor& k,
+                      const at::Tensor& v, const at::Tensor& mask) {
+  return kernel == AttentionKernel::kSdpa ? sdpa_attention(q, k, v, mask)
+                                          : reference_attention(q, k, v, mask);
+}
+
+void check_positions(const at::Tensor& positions, const char* who) {
+  TORCH_CHECK(positions.defined() && positions.dim() == 2 && positions.scalar_type() == at::kLong,
+              who, ": expected int64 positions [b, q] but got ",
+              positions.defined() ? positions.sizes() : at::IntArrayRef{});
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(ModelConfig config, Weights weights)
+    : config_(std::move(config)), weights_(std::move(weights)), device_(at::kCPU) {
+  config_.validate();
+  for (const auto& [name, shape] : expected_parameters(config_)) {
+    auto it = weights_.find(name);
+    TORCH_CHECK(it != weights_.end(), "weights: expected parameter ", name, " but it is missing");
+    TORCH_CHECK(it->second.sizes() == at::IntArrayRef(shape), "weights[", name,
+                "]: expected shape ", at::IntArrayRef(shape), " but got ", it->second.sizes());
+  }
+  embed_ = weights_.at("model.embed_tokens.weight");
+  dtype_ = embed_.scalar_type();
+  device_ = embed_.device();
+  for (const auto& [name, tensor] : weights_) {
+    TORCH_CHECK(tensor.scalar_type() == dtype_ && tensor.device() == device_, "weights[", name,
+                "]: expected ", dtype_, " on ", device_, " like the embedding but got ",
+                tensor.scalar_type(), " on ", tensor.device());
+  }
+  auto get = [&](const std::string& name) { return weights_.at(name); };
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    Layer layer;
+    layer.input_norm = get(p + "input_layernorm.weight");
+    layer.post_norm = get(p + "post_attention_layernorm.weight");
+    layer.q_proj = get(p + "self_attn.q_proj.weight");
+    layer.k_proj = get(p + "self_attn.k_proj.weight");
+    layer.v_proj = get(p + "self_attn.v_proj.weight");
+    layer.o_proj = get(p + "self_attn.o_proj.weight");
+    if (config_.attention_bias) {
+      layer.q_bias = get(p + "self_attn.q_proj.bias");
+      layer.k_bias = get(p + "self_attn.k_proj.bias");
+      layer.v_bias = get(p + "self_attn.v_proj.bias");
+    }
+    layer.gate_proj = get(p + "mlp.gate_proj.weight");
+    layer.up_proj = get(p + "mlp.up_proj.weight");
+    layer.down_proj = get(p + "mlp.down_proj.weight");
+    layers_.push_back(std::move(layer));
+  }
+  final_norm_ = get("model.norm.weight");
+  lm_head_ = config_.tie_word_embeddings ? embed_ : get("lm_head.weight");
+  inv_freq_ = inverse_frequencies(config_.rope, config_.head_dim).to(device_);
+}
+
+CacheConfig LlamaModel::cache_config(int64_t max_batch, int64_t max_len) const {
+  CacheConfig c;
+  c.num_layers = config_.num_hidden_layers;
+  c.num_kv_heads = config_.num_key_value_heads;
+  c.head_dim = config_.head_dim;
+  c.max_batch = max_batch;
+  c.max_len = max_len;
+  c.dtype = dtype_;
+  c.device = device_;
+  c.layer_types = config_.layer_types;
+  c.sliding_window = config_.has_sliding() ? config_.sliding_window : 0;
+  return c;
+}
+
+// RMSNorm as Hugging Face computes it: in float32, weight applied after the
+// cast back to the activation dtype.
+at::Tensor LlamaModel::rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
+  const at::Tensor h = x.to(at::kFloat);
+  const at::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
+  return weight.mul(h.mul(at::rsqrt(variance.add(config_.rms_norm_eps))).to(x.scalar_type()));
+}
+
+// cos/sin [b, 1, q, head_dim] in the model dtype, computed in float32.
+std::pair<at::Tensor, at::Tensor> LlamaModel::rope(const at::Tensor& positions) const {
+  const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1).mul(inv_freq_);  // [b, q, D/2]
+  const at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);
+  return {emb.cos().to(dtype_), emb.sin().to(dtype_)};
+}
+
+at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& positions,
+                               AttentionBackend& backend, int64_t attend_len) const {
+  TORCH_CHECK(ids.defined() && ids.dim() == 2 && ids.scalar_type() == at::kLong,
+              "ids: expected int64 [b, q] but got ",
+              ids.defined() ? ids.sizes() : at::IntArrayRef{});
+  check_positions(positions, "positions");
+  TORCH_CHECK(positions.sizes() == ids.sizes(), "positions: expected shape ", ids.sizes(),
+              " (as ids) but got ", positions.sizes());
+  TORCH_CHECK(ids.device() == device_ && positions.device() == device_,
+              "ids/positions: expected device ", device_, " but got ", ids.device(), " and ",
+              positions.device());
+  const int64_t b = ids.size(0);
+  const int64_t q = ids.size(1);
+  const int64_t heads = config_.num_attention_heads;
+  const int64_t kv_heads = config_.num_key_value_heads;
+  const int64_t d = config_.head_dim;
+
+  backend.begin(positions, attend_len);
+  // Padded tokens get position 0 for the rotary embedding; their outputs are
+  // never used and the cache never stores them.
+  const auto [cos, sin] = rope(positions.clamp_min(0));
+  at::Tensor x = at::embedding(embed_, ids);  // [b, q, hidden]
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    const Layer& layer = layers_[static_cast<size_t>(l)];
+    const at::Tensor h = rms_norm(x, layer.input_norm);
+    at::Tensor query =
+        project(h, layer.q_proj, layer.q_bias).view({b, q, heads, d}).transpose(1, 2);
+    at::Tensor key =
+        project(h, layer.k_proj, layer.k_bias).view({b, q, kv_heads, d}).transpose(1, 2);
+    const at::Tensor value =
+        project(h, layer.v_proj, layer.v_bias).view({b, q, kv_heads, d}).transpose(1, 2);
+    query = query.mul(cos).add(rotate_half(query).mul(sin));
+    key = key.mul(cos).add(rotate_half(key).mul(sin));
+    const at::Tensor attn = backend.attend(l, query, key, value);  // [b, heads, q, d]
+    x = x.add(project(attn.transpose(1, 2).reshape({b, q, heads * d}), layer.o_proj));
+    const at::Tensor g = rms_norm(x, layer.post_norm);
+    x = x.add(project(at::silu(project(g, layer.gate_proj)).mul(project(g, layer.up_proj)),
+                      layer.down_proj));
+  }
+  return project(rms_norm(x, final_norm_), lm_head_).to(at::kFloat);
+}
+
+void CacheBackend::begin(const at::Tensor& positions, int64_t attend_len) {
+  check_positions(positions, "CacheBackend.positions");
+  step_ = std::make_unique<Step>(cache_.prepare(positions, positions.size(0), attend_len));
+}
+
+at::Tensor CacheBackend::attend(int64_t layer, const at::Tensor& query, const at::Tensor& key,
+                                const at::Tensor& value) {
+  TORCH_CHECK(step_ != nullptr, "CacheBackend: expected begin() before attend()");
+  const KV kv = cache_.update(layer, key, value, *step_);
+  return run_kernel(kernel_, query, kv.keys, kv.values, step_->mask(layer));
+}
+
+DynamicCache::DynamicCache(const ModelConfig& config, AttentionKernel kernel)
+    : sliding_window_(config.has_sliding() ? config.sliding_window : 0), kernel_(kernel) {
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    windows_.push_back(config.layer_type(l) == LayerType::kSliding ? config.sliding_window : 0);
+  }
+  keys_.resize(windows_.size());
+  values_.resize(windows_.size());
+}
+
+void DynamicCache::begin(const at::Tensor& positions, int64_t /*attend_len*/) {
+  check_positions(positions, "DynamicCache.positions");
+  TORCH_CHECK(!positions_.defined() || positions_.size(0) == positions.size(0),
+              "DynamicCache.positions: expected ", positions_.defined() ? positions_.size(0) : 0,
+              " rows (fixed for the cache's life) but got ", positions.size(0));
+  step_positions_ = positions;
+  positions_ = positions_.defined() ? at::cat({positions_, positions}, 1) : positions;
+  // One mask per window per pass, as Hugging Face builds them.
+  const at::Tensor kpos = positions_.unsqueeze(1);       // [b, 1, T]
+  const at::Tensor qpos = step_positions_.unsqueeze(2);  // [b, q, 1]
+  full_mask_ = kpos.le(qpos).logical_and_(kpos.ge(0)).logical_and_(qpos.ge(0)).unsqueeze(1);
+  if (sliding_window_ > 0) {
+    sliding_mask_ = full_mask_.logical_and(qpos.sub(kpos).lt(sliding_window_).unsqueeze(1));
+  }
+}
+
+at::Tensor DynamicCache::attend(int64_t layer, const at::Tensor& query, const at::Tensor& key,
+                                const at::Tensor& value) {
+  TORCH_CHECK(layer >= 0 && layer < static_cast<int64_t>(windows_.size()),
+              "layer: expected an index in [0, ", windows_.size(), ") but got ", layer);
+  TORCH_CHECK(step_positions_.defined(), "DynamicCache: expected begin() before attend()");
+  at::Tensor& k = keys_[static_cast<size_t>(layer)];
+  at::Tensor& v = values_[static_cast<size_t>(layer)];
+  k = k.defined() ? at::cat({k, key}, 2) : key.contiguous();
+  v = v.defined() ? at::cat({v, value}, 2) : value.contiguous();
+  const bool sliding = windows_[static_cast<size_t>(layer)] > 0;
+  return run_kernel(kernel_, query, k, v, sliding ? sliding_mask_ : full_mask_);
+}
+
+int64_t DynamicCache::memory_bytes() const {
+  int64_t total = positions_.defined() ? positions_.nbytes() : 0;
+  for (const auto& t : keys_) total += t.defined() ? t.nbytes() : 0;
+  for (const auto& t : values_) total += t.defined() ? t.nbytes() : 0;
+  return total;
+}
+
+void DynamicCache::reset() {
+  for (auto& t : keys_) t = at::Tensor();
+  for (auto& t : values_) t = at::Tensor();
+  positions_ = at::Tensor();
+  step_positions_ = at::Tensor();
+  full_mask_ = at::Tensor();
+  sliding_mask_ = at::Tensor();
+}
+
+}  // namespace statickv::reference

@@ -1,0 +1,70 @@
+// CUDA graph capture behind GraphRunner's small interface
+// (detail::DeviceGraph), so public headers need no CUDA headers. Compiled
+// only when LibTorch has CUDA (STATICKV_WITH_CUDA).
+
+#include <statickv/graph_runner.hpp>
+
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+namespace statickv::detail {
+
+namespace {
+
+class CudaGraph final : public DeviceGraph {
+ public:
+  explicit CudaGraph(std::unique_ptr<at::cuda::CUDAGraph> graph) : graph_(std::move(graph)) {}
+  void replay() override { graph_->replay(); }
+
+ private:
+  std::unique_ptr<at::cuda::CUDAGraph> graph_;
+};
+
+}  // namespace
+
+GraphPool new_graph_pool() {
+  const at::cuda::MempoolId_t id = at::cuda::graph_pool_handle();
+  return GraphPool{static_cast<uint64_t>(id.first), static_cast<uint64_t>(id.second)};
+}
+
+std::unique_ptr<DeviceGraph> capture_cuda_graph(const at::Device& device, GraphPool pool,
+                                                int warmup_runs,
+                                                const std::function<void()>& body) {
+  TORCH_CHECK(device.is_cuda(), "device: expected a cuda device but got ", device);
+  c10::cuda::CUDAGuard device_guard(device);
+  // Capture is rare (once per key), so plain synchronization orders it with
+  // the caller's stream; replays then run on the caller's stream.
+  c10::cuda::getCurrentCUDAStream().synchronize();
+  // The legacy default stream cannot capture: warm up and capture on a side stream.
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  c10::cuda::CUDAStreamGuard stream_guard(side);
+  for (int i = 0; i < warmup_runs; ++i) body();
+  side.synchronize();
+  auto graph = std::make_unique<at::cuda::CUDAGraph>();
+  graph->capture_begin(at::cuda::MempoolId_t{pool.first, pool.second});
+  std::string failure;
+  try {
+    body();
+  } catch (const c10::Error& e) {
+    failure = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (!failure.empty()) {
+    // End the broken capture so the stream can be used again; its own error
+    // (the capture was invalidated) adds nothing to the first one.
+    try {
+      graph->capture_end();
+    } catch (const std::exception&) {
+    }
+    (void)cudaGetLastError();
+    TORCH_CHECK(false, "CUDA graph capture failed: ", failure);
+  }
+  graph->capture_end();
+  return std::make_unique<CudaGraph>(std::move(graph));
+}
+
+}  // namespace statickv::detail

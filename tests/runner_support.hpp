@@ -1,0 +1,44 @@
+#pragma once
+// A cache step shaped the way GraphRunner serves it: token-major inputs
+// [B, Q, ...] (positions, keys/values, queries), one prepare, an update and
+// attention for every layer, output [B, Q, heads, head_dim].
+
+#include "support.hpp"
+
+namespace statickv::test {
+
+struct AttentionStepShape {
+  int64_t heads = 4, kv_heads = 2, head_dim = 8;
+};
+
+inline std::vector<InputSpec> attention_step_inputs(const AttentionStepShape& s,
+                                                    at::ScalarType dtype) {
+  return {
+      {"positions", at::kLong, {}, -1},
+      {"kv", dtype, {s.kv_heads, s.head_dim}, 0},
+      {"query", dtype, {s.heads, s.head_dim}, 0},
+  };
+}
+
+/// Runs one step over `cache` with token-major inputs; returns [B, Q, heads, head_dim].
+inline at::Tensor attention_step(CacheBase& cache, const at::Tensor& positions,
+                                 const at::Tensor& kv, const at::Tensor& query,
+                                 int64_t attend_len = -1) {
+  Step step = cache.prepare(positions, positions.size(0), attend_len);
+  const at::Tensor k = kv.permute({0, 2, 1, 3});  // [B, H, Q, D]
+  const at::Tensor q = query.permute({0, 2, 1, 3});
+  at::Tensor out;
+  for (int64_t l = 0; l < cache.num_layers(); ++l) {
+    KV views = cache.update(l, k, k.mul(0.5), step);
+    out = sdpa_attention(q, views.keys, views.values, step.mask(l));
+  }
+  return out.permute({0, 2, 1, 3});
+}
+
+inline GraphRunner::StepFn attention_step_fn(CacheBase& cache) {
+  return [&cache](const std::vector<at::Tensor>& in, const GraphKey& key) {
+    return std::vector<at::Tensor>{attention_step(cache, in[0], in[1], in[2], key.attend_len)};
+  };
+}
+
+}  // namespace statickv::test

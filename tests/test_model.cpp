@@ -1,0 +1,233 @@
+// The reference decoder driving the caches: incremental decode through
+// StaticCache, HybridCache and DynamicCache equals one full forward without a
+// cache; greedy tokens agree across caches; generation options behave.
+
+#include "support.hpp"
+
+#include <statickv/reference/generate.hpp>
+
+using namespace statickv;
+using namespace statickv::reference;
+using namespace statickv::test;
+
+namespace {
+
+LlamaModel make_model(const std::string& shape, at::ScalarType dtype = at::kFloat) {
+  const ModelConfig config = named_config(shape);
+  return LlamaModel(config, random_weights(config, /*seed=*/3, dtype, at::kCPU));
+}
+
+// Logits [b, T, vocab] of every position, fed to `backend` as a prefill of
+// `prompt` tokens in chunks of `chunk`, then one token per pass. Rows have
+// lengths `lens` (ids past a row's length are padding).
+at::Tensor incremental_logits(const LlamaModel& model, AttentionBackend& backend,
+                              const at::Tensor& ids, const std::vector<int64_t>& lens,
+                              int64_t prompt, int64_t chunk) {
+  const int64_t b = ids.size(0);
+  const int64_t total = ids.size(1);
+  const at::Tensor len = at::tensor(lens, i64()).view({b, 1});
+  std::vector<at::Tensor> outs;
+  int64_t start = 0;
+  while (start < total) {
+    const int64_t q = start < prompt ? std::min(chunk, prompt - start) : 1;
+    const at::Tensor pos = at::arange(start, start + q, i64()).view({1, q}).expand({b, q});
+    const at::Tensor live_pos = at::where(pos.lt(len), pos, -1);
+    outs.push_back(model.forward(ids.narrow(1, start, q), live_pos, backend, start + q));
+    start += q;
+  }
+  return at::cat(outs, 1);
+}
+
+// One forward over whole sequences, no cache: a fresh DynamicCache, one pass.
+at::Tensor full_forward(const LlamaModel& model, const at::Tensor& ids,
+                        const std::vector<int64_t>& lens) {
+  const int64_t b = ids.size(0);
+  const int64_t total = ids.size(1);
+  const at::Tensor pos = at::arange(total, i64()).view({1, total}).expand({b, total});
+  DynamicCache once(model.config());
+  return model.forward(ids, at::where(pos.lt(at::tensor(lens, i64()).view({b, 1})), pos, -1), once);
+}
+
+// Largest logit difference over the live positions of each row.
+double live_diff(const at::Tensor& a, const at::Tensor& b, const std::vector<int64_t>& lens) {
+  double worst = 0;
+  for (size_t r = 0; r < lens.size(); ++r) {
+    worst = std::max(worst, max_diff(a[r].narrow(0, 0, lens[r]), b[r].narrow(0, 0, lens[r])));
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("incremental decode through every cache equals one full forward without a cache",
+          "[model][equivalence]") {
+  struct Case {
+    std::string shape;
+    std::vector<CacheKind> caches;
+  };
+  const std::vector<Case> cases = {
+      {"tiny", {CacheKind::kStatic, CacheKind::kHybrid, CacheKind::kDynamic}},
+      {"tiny-mistral", {CacheKind::kHybrid, CacheKind::kDynamic}},
+      {"tiny-qwen2", {CacheKind::kHybrid, CacheKind::kDynamic}},
+  };
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (const Case& c : cases) {
+      const LlamaModel model = make_model(c.shape, dtype);
+      for (const std::vector<int64_t>& lens :
+           {std::vector<int64_t>{21}, std::vector<int64_t>{21, 13, 17}}) {
+        const int64_t b = static_cast<int64_t>(lens.size());
+        const int64_t total = 21;
+        at::manual_seed(5);
+        const at::Tensor ids = at::randint(model.config().vocab_size, {b, total}, i64());
+        const at::Tensor expected = full_forward(model, ids, lens);
+        for (CacheKind kind : c.caches) {
+          CacheConfig cc = model.cache_config(b, /*max_len=*/32);
+          std::unique_ptr<CacheBase> cache;
+          std::unique_ptr<AttentionBackend> backend;
+          if (kind == CacheKind::kStatic) cache = std::make_unique<StaticCache>(cc);
+          if (kind == CacheKind::kHybrid) cache = std::make_unique<HybridCache>(cc);
+          if (cache) {
+            backend = std::make_unique<CacheBackend>(*cache);
+          } else {
+            backend = std::make_unique<DynamicCache>(model.config());
+          }
+          // Prompt of 11 in chunks of up to 8 (the sliding window), then decode.
+          const at::Tensor got = incremental_logits(model, *backend, ids, lens, /*prompt=*/11,
+                                                    /*chunk=*/8);
+          const double diff = live_diff(got, expected, lens);
+          INFO(c.shape << " " << to_string(kind) << " " << dtype << " rows " << b << " max diff "
+                       << diff);
+          CHECK(diff <= (dtype == at::kFloat ? 1e-4 : 0.15));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("greedy generation gives identical tokens through static, hybrid and dynamic caches",
+          "[model][generate]") {
+  for (const std::string shape : {"tiny", "tiny-mistral", "tiny-qwen2"}) {
+    const LlamaModel model = make_model(shape);
+    const std::vector<std::vector<int64_t>> prompts = {
+        {5, 9, 14, 2, 77, 31, 8, 64, 3, 19, 42, 7}, {11, 4}, {90, 13, 27, 6, 55}};
+    GenerateOptions options;
+    options.max_new_tokens = 20;
+    options.cache = CacheKind::kDynamic;
+    const GenerateResult dynamic = generate(model, prompts, options);
+    options.cache = CacheKind::kHybrid;
+    const GenerateResult hybrid = generate(model, prompts, options);
+    INFO(shape);
+    CHECK(hybrid.tokens == dynamic.tokens);
+    CHECK(hybrid.tokens[0].size() == 20);
+    if (!model.config().has_sliding()) {
+      options.cache = CacheKind::kStatic;
+      CHECK(generate(model, prompts, options).tokens == dynamic.tokens);
+    }
+    // Chunked prefill (3 tokens per pass) changes nothing.
+    options.cache = CacheKind::kHybrid;
+    options.prefill_chunk = 3;
+    CHECK(generate(model, prompts, options).tokens == dynamic.tokens);
+  }
+}
+
+TEST_CASE("the fused and the reference attention kernels give the same logits",
+          "[model][kernels]") {
+  const LlamaModel model = make_model("tiny-qwen2");
+  const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3, 4, 5, 6, 7, 8, 9}, {10, 11}};
+  GenerateOptions options;
+  options.max_new_tokens = 6;
+  options.record_logits = true;
+  const GenerateResult fused = generate(model, prompts, options);
+  options.kernel = AttentionKernel::kReference;
+  const GenerateResult plain = generate(model, prompts, options);
+  CHECK(fused.tokens == plain.tokens);
+  for (size_t r = 0; r < prompts.size(); ++r) CHECK(close(fused.logits[r], plain.logits[r], 1e-4));
+}
+
+TEST_CASE("sampling is reproducible for a seed and EOS ends a row early", "[model][generate]") {
+  ModelConfig config = named_config("tiny");
+  const Weights weights = random_weights(config, 3, at::kFloat, at::kCPU);
+  const std::vector<std::vector<int64_t>> prompts = {{3, 1, 4, 1, 5}, {9, 2, 6}};
+  {
+    const LlamaModel model(config, weights);
+    GenerateOptions options;
+    options.max_new_tokens = 12;
+    options.temperature = 1.5;
+    options.top_k = 20;
+    options.seed = 42;
+    const GenerateResult a = generate(model, prompts, options);
+    const GenerateResult b = generate(model, prompts, options);
+    CHECK(a.tokens == b.tokens);
+    options.seed = 43;
+    CHECK(generate(model, prompts, options).tokens != a.tokens);
+  }
+  // Make row 0's third greedy token an EOS id: row 0 stops there, row 1 goes on.
+  GenerateOptions greedy;
+  greedy.max_new_tokens = 10;
+  const std::vector<std::vector<int64_t>> free_run =
+      generate(LlamaModel(config, weights), prompts, greedy).tokens;
+  config.eos_token_ids = {free_run[0][2]};
+  const GenerateResult stopped = generate(LlamaModel(config, weights), prompts, greedy);
+  CHECK(stopped.tokens[0] == std::vector<int64_t>(free_run[0].begin(), free_run[0].begin() + 3));
+  const auto first_eos = std::find(free_run[1].begin(), free_run[1].end(), free_run[0][2]);
+  CHECK(stopped.tokens[1] ==
+        std::vector<int64_t>(free_run[1].begin(),
+                             first_eos == free_run[1].end() ? free_run[1].end() : first_eos + 1));
+}
+
+TEST_CASE("generate and the model reject bad arguments by name", "[model][errors]") {
+  const LlamaModel model = make_model("tiny");
+  GenerateOptions options;
+  require_error([&] { generate(model, {}, options); }, {"prompts", "none"});
+  require_error([&] { generate(model, {{1, 2}, {}}, options); }, {"prompts[1]", "none"});
+  require_error(
+      [&] {
+        generate(model, {{1, 500}}, options);
+      },
+      {"prompts[0][1]", "vocab_size=128", "500"});
+  options.max_new_tokens = 0;
+  require_error([&] { generate(model, {{1}}, options); }, {"max_new_tokens", "got 0"});
+  options.max_new_tokens = 4;
+  options.max_len = 3;
+  require_error([&] { generate(model, {{1}}, options); }, {"max_len", "got 3"});
+  const LlamaModel sliding = make_model("tiny-mistral");
+  options.max_len = 0;
+  options.cache = CacheKind::kStatic;
+  require_error([&] { generate(sliding, {{1}}, options); }, {"cache", "static"});
+  ModelConfig config = named_config("tiny");
+  Weights weights = random_weights(config, 1, at::kFloat, at::kCPU);
+  weights.erase("model.layers.1.mlp.up_proj.weight");
+  require_error([&] { LlamaModel broken(config, weights); },
+                {"model.layers.1.mlp.up_proj.weight", "missing"});
+}
+
+TEST_CASE("bucketed generation (the GraphRunner path) equals plain eager generation",
+          "[model][runner]") {
+  for (const std::string shape : {"tiny", "tiny-qwen2"}) {
+    const LlamaModel model = make_model(shape);
+    const std::vector<std::vector<int64_t>> prompts = {
+        {5, 9, 14, 2, 77, 31, 8, 64, 3, 19, 42, 7, 1}, {11, 4}, {90, 13, 27, 6, 55}};
+    GenerateOptions options;
+    options.max_new_tokens = 9;
+    options.record_logits = true;
+    options.bucketed = false;
+    const GenerateResult plain = generate(model, prompts, options);
+    options.bucketed = true;
+    options.max_batch = 6;  // 3 live rows padded to a bucket of 4 in a 6-row cache
+    const GenerateResult bucketed = generate(model, prompts, options);
+    INFO(shape);
+    CHECK(bucketed.tokens == plain.tokens);
+    for (size_t r = 0; r < prompts.size(); ++r) {
+      INFO("row " << r << " max diff " << max_diff(bucketed.logits[r], plain.logits[r]));
+      CHECK(close(bucketed.logits[r], plain.logits[r], 1e-4));
+    }
+    // Decode: 8 steps, one key: batch 4, q 1, attend max_len = 13 + 9 (the
+    // only attend bucket when max_len < 64); prefill: one chunk.
+    CHECK(bucketed.decode_runner.eager_runs == 8);
+    CHECK(bucketed.decode_runner.keys.size() == 1);
+    CHECK(bucketed.decode_runner.keys[0].key == GraphKey{4, 1, 22});
+    CHECK(bucketed.decode_runner.keys[0].padded_fraction() == Approx(0.25));
+    CHECK(bucketed.prefill_runner.keys.size() >= 1);
+    CHECK(plain.decode_runner.keys.empty());
+  }
+}
