@@ -58,13 +58,90 @@ std::vector<int64_t> pick(const at::Tensor& logits, const GenerateOptions& optio
 
 }  // namespace
 
+struct Generator::State {
+  const LlamaModel& model;
+  GenerateOptions options;
+  int64_t max_batch;
+  int64_t max_len;
+  int64_t chunk;  // most prompt tokens per prefill pass
+  std::unique_ptr<CacheBase> cache;
+  std::unique_ptr<CacheBackend> cache_backend;
+  std::unique_ptr<GraphRunner> prefill_runner, decode_runner;
+};
+
+Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t max_batch,
+                     int64_t max_len)
+    : state_(new State{model, std::move(options), max_batch, max_len, 0, {}, {}, {}, {}}) {
+  State& s = *state_;
+  const ModelConfig& config = model.config();
+  TORCH_CHECK(max_batch >= 1, "max_batch: expected >= 1 but got ", max_batch);
+  TORCH_CHECK(max_len >= 2, "max_len: expected >= 2 but got ", max_len);
+  TORCH_CHECK(s.options.max_new_tokens >= 1, "max_new_tokens: expected >= 1 but got ",
+              s.options.max_new_tokens);
+  TORCH_CHECK(s.options.cache != CacheKind::kStatic || !config.has_sliding(),
+              "cache: expected hybrid or dynamic for a model with sliding-window layers but got "
+              "static");
+  s.chunk = s.options.prefill_chunk > 0 ? std::min(s.options.prefill_chunk, max_len) : max_len;
+  if (s.options.cache == CacheKind::kDynamic) return;
+
+  CacheConfig cache_config = model.cache_config(max_batch, max_len);
+  cache_config.max_chunk = s.options.prefill_chunk > 0 ? s.chunk : 0;
+  if (s.options.cache == CacheKind::kStatic) {
+    s.cache = std::make_unique<StaticCache>(cache_config);
+  } else {
+    s.cache = std::make_unique<HybridCache>(cache_config);
+  }
+  s.chunk = std::min(s.chunk, s.cache->config().chunk_limit());
+  s.cache_backend = std::make_unique<CacheBackend>(*s.cache, s.options.kernel);
+  if (!s.options.bucketed) return;
+
+  // Bucketed runners: one forward per padded key, replayed as a CUDA graph on
+  // a GPU; they live as long as the session, so later calls replay what
+  // earlier ones captured. Padded rows and tokens carry position -1.
+  const std::vector<InputSpec> inputs = {{"ids", at::kLong, {}, 0},
+                                         {"positions", at::kLong, {}, -1}};
+  State* state = state_.get();
+  const GraphRunner::StepFn step = [state](const std::vector<at::Tensor>& in, const GraphKey& key) {
+    return std::vector<at::Tensor>{
+        state->model.forward(in[0], in[1], *state->cache_backend, key.attend_len)};
+  };
+  GraphRunner::Options ro;
+  ro.device = model.device();
+  ro.use_graphs = s.options.cuda_graphs;
+  ro.batch_buckets = ShapeBuckets::powers_of_two(max_batch);
+  ro.attend_buckets = ShapeBuckets::powers_of_two(max_len, std::min<int64_t>(64, max_len));
+  ro.query_buckets = ShapeBuckets::of({1});
+  s.decode_runner = std::make_unique<GraphRunner>(inputs, step, ro);
+  ro.query_buckets = ShapeBuckets::powers_of_two(s.chunk);
+  s.prefill_runner = std::make_unique<GraphRunner>(inputs, step, ro);
+}
+
+Generator::~Generator() = default;
+
 GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<int64_t>>& prompts,
                         const GenerateOptions& options) {
+  TORCH_CHECK(!prompts.empty(), "prompts: expected at least one prompt but got none");
+  size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size());
+  const int64_t b = static_cast<int64_t>(prompts.size());
+  TORCH_CHECK(options.max_batch == 0 || options.max_batch >= b, "max_batch: expected 0 or >= ", b,
+              " (the number of prompts) but got ", options.max_batch);
+  const int64_t max_len = options.max_len > 0 ? options.max_len
+                                              : static_cast<int64_t>(longest) +
+                                                    std::max<int64_t>(options.max_new_tokens, 1);
+  Generator session(model, options, std::max(b, options.max_batch), max_len);
+  return session.generate(prompts);
+}
+
+GenerateResult Generator::generate(const std::vector<std::vector<int64_t>>& prompts) {
+  State& s = *state_;
+  const LlamaModel& model = s.model;
+  const GenerateOptions& options = s.options;
   const ModelConfig& config = model.config();
   const int64_t b = static_cast<int64_t>(prompts.size());
   TORCH_CHECK(b >= 1, "prompts: expected at least one prompt but got none");
-  TORCH_CHECK(options.max_new_tokens >= 1, "max_new_tokens: expected >= 1 but got ",
-              options.max_new_tokens);
+  TORCH_CHECK(b <= s.max_batch, "prompts: expected at most max_batch=", s.max_batch,
+              " prompts but got ", b);
   std::vector<int64_t> lens;
   for (int64_t r = 0; r < b; ++r) {
     const auto& prompt = prompts[static_cast<size_t>(r)];
@@ -77,56 +154,23 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
     lens.push_back(static_cast<int64_t>(prompt.size()));
   }
   const int64_t longest = *std::max_element(lens.begin(), lens.end());
-  const int64_t max_len = options.max_len > 0 ? options.max_len : longest + options.max_new_tokens;
-  TORCH_CHECK(longest + options.max_new_tokens <= max_len, "max_len: expected at least ",
+  TORCH_CHECK(longest + options.max_new_tokens <= s.max_len, "max_len: expected at least ",
               longest + options.max_new_tokens, " (longest prompt + max_new_tokens) but got ",
-              max_len);
-  TORCH_CHECK(options.cache != CacheKind::kStatic || !config.has_sliding(),
-              "cache: expected hybrid or dynamic for a model with sliding-window layers but got "
-              "static");
+              s.max_len);
 
-  // The cache, and how many tokens one prefill pass may carry.
-  std::unique_ptr<CacheBase> cache;
-  std::unique_ptr<AttentionBackend> backend;
-  int64_t chunk = options.prefill_chunk > 0 ? options.prefill_chunk : longest;
-  if (options.cache == CacheKind::kDynamic) {
-    backend = std::make_unique<DynamicCache>(config, options.kernel);
+  // A fresh start for every row: bookkeeping only, the buffers stay put.
+  std::unique_ptr<DynamicCache> dynamic;
+  AttentionBackend* backend = s.cache_backend.get();
+  if (s.cache) {
+    s.cache->reset_rows(at::arange(s.max_batch, at::TensorOptions().dtype(at::kLong)));
   } else {
-    TORCH_CHECK(options.max_batch == 0 || options.max_batch >= b, "max_batch: expected 0 or >= ", b,
-                " (the number of prompts) but got ", options.max_batch);
-    CacheConfig cache_config = model.cache_config(std::max(b, options.max_batch), max_len);
-    cache_config.max_chunk =
-        options.prefill_chunk > 0 ? std::min(options.prefill_chunk, max_len) : 0;
-    if (options.cache == CacheKind::kStatic) {
-      cache = std::make_unique<StaticCache>(cache_config);
-    } else {
-      cache = std::make_unique<HybridCache>(cache_config);
-    }
-    chunk = std::min(chunk, cache->config().chunk_limit());
-    backend = std::make_unique<CacheBackend>(*cache, options.kernel);
+    dynamic = std::make_unique<DynamicCache>(config, options.kernel);
+    backend = dynamic.get();
   }
-
+  const int64_t chunk = s.cache ? s.chunk : longest;
   const at::Device device = model.device();
-
-  // Bucketed runners: one forward per padded key, replayed as a CUDA graph
-  // on a GPU. Padded rows and tokens carry position -1 (scratch slot).
-  std::unique_ptr<GraphRunner> prefill_runner, decode_runner;
-  if (options.bucketed && cache) {
-    const std::vector<InputSpec> inputs = {{"ids", at::kLong, {}, 0},
-                                           {"positions", at::kLong, {}, -1}};
-    const GraphRunner::StepFn step = [&](const std::vector<at::Tensor>& in, const GraphKey& key) {
-      return std::vector<at::Tensor>{model.forward(in[0], in[1], *backend, key.attend_len)};
-    };
-    GraphRunner::Options ro;
-    ro.device = device;
-    ro.use_graphs = options.cuda_graphs;
-    ro.batch_buckets = ShapeBuckets::powers_of_two(cache->config().max_batch);
-    ro.attend_buckets = ShapeBuckets::powers_of_two(max_len, std::min<int64_t>(64, max_len));
-    ro.query_buckets = ShapeBuckets::of({1});
-    decode_runner = std::make_unique<GraphRunner>(inputs, step, ro);
-    ro.query_buckets = ShapeBuckets::powers_of_two(chunk);
-    prefill_runner = std::make_unique<GraphRunner>(inputs, step, ro);
-  }
+  GraphRunner* prefill_runner = s.prefill_runner.get();
+  GraphRunner* decode_runner = s.decode_runner.get();
   auto forward = [&](GraphRunner* runner, const at::Tensor& ids, const at::Tensor& pos,
                      int64_t attend) {
     if (runner) return runner->run({ids.to(device), pos.to(device)}, attend)[0];
@@ -169,7 +213,7 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
         pos[r][t] = begin + t;
       }
     }
-    const at::Tensor out = forward(prefill_runner.get(), ids, pos, /*attend_len=*/begin + q).cpu();
+    const at::Tensor out = forward(prefill_runner, ids, pos, /*attend_len=*/begin + q).cpu();
     for (int64_t r = 0; r < b; ++r) {
       const int64_t t = lens[r] - 1 - begin;
       if (t >= 0 && t < q) last[r].copy_(out[r][t]);
@@ -193,7 +237,7 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
       pos[r][0] = p;
       attend = std::max(attend, p + 1);
     }
-    const at::Tensor out = forward(decode_runner.get(), ids, pos, attend);
+    const at::Tensor out = forward(decode_runner, ids, pos, attend);
     accept(out.select(1, 0).cpu());
     ++result.decode_steps;
     if (options.on_step) options.on_step(step + 1, planned);
@@ -205,11 +249,7 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
   }
   if (prefill_runner) result.prefill_runner = prefill_runner->stats();
   if (decode_runner) result.decode_runner = decode_runner->stats();
-  if (cache) {
-    result.cache_bytes = cache->memory_bytes();
-  } else {
-    result.cache_bytes = static_cast<DynamicCache&>(*backend).memory_bytes();
-  }
+  result.cache_bytes = s.cache ? s.cache->memory_bytes() : dynamic->memory_bytes();
   return result;
 }
 

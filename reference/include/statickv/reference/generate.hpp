@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -56,7 +57,27 @@ struct GenerateResult {
   RunnerStats decode_runner;
 };
 
+/// One-shot generation: a Generator sized for these prompts, used once.
 GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<int64_t>>& prompts,
                         const GenerateOptions& options);
+
+/// A generation session: owns the cache (static/hybrid, max_batch rows of
+/// max_len positions) and the bucketed runners, so the CUDA graphs one call
+/// captures are replayed by every later call, whatever its batch size (<=
+/// max_batch) and prompt lengths. Each call starts from empty rows.
+/// Stats in a result are the session's totals so far.
+class Generator {
+ public:
+  Generator(const LlamaModel& model, GenerateOptions options, int64_t max_batch, int64_t max_len);
+  ~Generator();
+  Generator(const Generator&) = delete;
+  Generator& operator=(const Generator&) = delete;
+
+  GenerateResult generate(const std::vector<std::vector<int64_t>>& prompts);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace statickv::reference
