@@ -24,13 +24,22 @@ inline void check_attention_args(const at::Tensor& q, const at::Tensor& k, const
               k.defined() ? k.sizes() : at::IntArrayRef{});
   TORCH_CHECK(v.defined() && v.sizes() == k.sizes(), "values: expected shape ", k.sizes(),
               " but got ", v.defined() ? v.sizes() : at::IntArrayRef{});
+  TORCH_CHECK(k.size(1) >= 1, "keys: expected kv_heads >= 1 but got shape ", k.sizes());
   TORCH_CHECK(q.size(1) % k.size(1) == 0, "query: expected heads (", q.size(1),
               ") to be a multiple of kv_heads (", k.size(1), ")");
-  TORCH_CHECK(mask.defined() && mask.scalar_type() == at::kBool && mask.dim() == 4 &&
-                  mask.size(0) == q.size(0) && mask.size(2) == q.size(2) &&
+  TORCH_CHECK(mask.defined() && mask.scalar_type() == at::kBool,
+              "mask: expected a Bool tensor but got ",
+              mask.defined() ? c10::toString(mask.scalar_type()) : "undefined");
+  TORCH_CHECK(mask.dim() == 4 && mask.size(0) == q.size(0) && mask.size(2) == q.size(2) &&
                   mask.size(3) == k.size(2),
               "mask: expected Bool [", q.size(0), ", 1, ", q.size(2), ", ", k.size(2), "] but got ",
-              mask.defined() ? mask.sizes() : at::IntArrayRef{});
+              mask.sizes());
+  TORCH_CHECK(k.device() == q.device(), "keys: expected device ", q.device(),
+              " (the query's) but got ", k.device());
+  TORCH_CHECK(v.device() == q.device(), "values: expected device ", q.device(),
+              " (the query's) but got ", v.device());
+  TORCH_CHECK(mask.device() == q.device(), "mask: expected device ", q.device(),
+              " (the query's) but got ", mask.device());
 }
 
 }  // namespace detail
@@ -57,6 +66,10 @@ inline at::Tensor reference_attention(const at::Tensor& query, const at::Tensor&
 inline at::Tensor sdpa_attention(const at::Tensor& query, const at::Tensor& keys,
                                  const at::Tensor& values, const at::Tensor& mask) {
   detail::check_attention_args(query, keys, values, mask);
+  TORCH_CHECK(keys.scalar_type() == query.scalar_type(), "keys: expected dtype ",
+              query.scalar_type(), " (the query's) but got ", keys.scalar_type());
+  TORCH_CHECK(values.scalar_type() == query.scalar_type(), "values: expected dtype ",
+              query.scalar_type(), " (the query's) but got ", values.scalar_type());
   return at::scaled_dot_product_attention(query, keys, values, mask, /*dropout_p=*/0.0,
                                           /*is_causal=*/false, /*scale=*/std::nullopt,
                                           /*enable_gqa=*/true);

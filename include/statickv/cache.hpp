@@ -26,10 +26,13 @@
 #include <statickv/step.hpp>
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace statickv {
@@ -42,6 +45,8 @@ inline void check_tensor(const char* name, const at::Tensor& t, at::ScalarType d
   TORCH_CHECK(t.scalar_type() == dtype, name, ": expected dtype ", dtype, " but got ",
               t.scalar_type());
   TORCH_CHECK(t.device() == device, name, ": expected device ", device, " but got ", t.device());
+  TORCH_CHECK(t.layout() == at::kStrided, name,
+              ": expected a strided (dense) tensor but got layout ", t.layout());
 }
 
 // Reads a 1-D int64 row-index tensor (any device) to host memory and checks
@@ -52,6 +57,10 @@ inline at::Tensor host_rows(const char* name, const at::Tensor& rows, int64_t ma
   TORCH_CHECK(rows.defined(), name, ": expected a defined tensor but got an undefined one");
   TORCH_CHECK(rows.scalar_type() == at::kLong, name, ": expected dtype Long (int64) but got ",
               rows.scalar_type());
+  TORCH_CHECK(rows.layout() == at::kStrided, name,
+              ": expected a strided (dense) tensor but got layout ", rows.layout());
+  TORCH_CHECK(!rows.is_meta(), name, ": expected a tensor with data (any device but meta) but got ",
+              rows.device());
   TORCH_CHECK(rows.dim() == 1, name, ": expected a 1-D tensor but got shape ", rows.sizes());
   TORCH_CHECK(rows.numel() >= 1 && rows.numel() <= max_batch, name,
               ": expected between 1 and max_batch=", max_batch, " entries but got ", rows.numel());
@@ -68,6 +77,14 @@ inline at::Tensor host_rows(const char* name, const at::Tensor& rows, int64_t ma
   return host;
 }
 
+// Generations are unique across every cache of the process, so a Step of a
+// destroyed cache is never taken for a current Step of a new cache built at
+// the same address (its slots would index another config's buffers).
+inline uint64_t next_generation() {
+  static std::atomic<uint64_t> counter{0};
+  return ++counter;
+}
+
 }  // namespace detail
 
 /// The container of layers behind StaticCache and HybridCache. Not copyable
@@ -80,6 +97,7 @@ class CacheBase {
     const auto long_opts = at::TensorOptions().dtype(at::kLong).device(config_.device);
     const auto data_opts = at::TensorOptions().dtype(config_.dtype).device(config_.device);
     // One group per layer type present, in order of first appearance.
+    std::vector<int64_t> layer_group;
     for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
       const LayerType type = config_.layer_type(layer);
       int64_t g = 0;
@@ -96,12 +114,13 @@ class CacheBase {
                                   .view({config_.max_batch, config_.num_kv_heads, 1});
         groups_.push_back(std::move(group));
       }
-      layer_group_.push_back(g);
+      layer_group.push_back(g);
       const int64_t slots = groups_[g].policy->buffer_len();
       keys_.push_back(
           at::zeros({config_.max_batch, config_.num_kv_heads, slots, config_.head_dim}, data_opts));
       values_.push_back(at::zeros_like(keys_.back()));
     }
+    layer_group_ = std::make_shared<const std::vector<int64_t>>(std::move(layer_group));
     seq_lengths_ = at::zeros({config_.max_batch}, long_opts);
     // A "cuda" device without an index becomes the device actually used.
     config_.device = seq_lengths_.device();
@@ -147,8 +166,9 @@ class CacheBase {
 
     Step step;
     step.owner_ = this;
-    step.generation_ = ++generation_;
-    step.layer_group_ = &layer_group_;
+    generation_ = detail::next_generation();
+    step.generation_ = generation_;
+    step.layer_group_ = layer_group_;
     step.positions_ = cache_position;
     step.live_batch_ = live_batch;
     step.query_len_ = q;
@@ -195,7 +215,9 @@ class CacheBase {
   /// views of the live rows. key/value: [live_batch, kv_heads, q, head_dim].
   KV update(int64_t layer, const at::Tensor& key, const at::Tensor& value, const Step& step) {
     check_layer(layer);
-    TORCH_CHECK(step.owner_ == this, "step: expected a Step made by this cache's prepare()");
+    TORCH_CHECK(step.owner_ == this,
+                "step: expected a Step made by this cache's prepare() but got ",
+                step.owner_ == nullptr ? "a default-constructed one" : "one of another cache");
     TORCH_CHECK(step.generation_ == generation_,
                 "step: expected the cache's current step (generation ", generation_,
                 ") but got a stale one (generation ", step.generation_,
@@ -211,6 +233,8 @@ class CacheBase {
     TORCH_CHECK(value.sizes() == expected,
                 "value: expected shape [live_batch, kv_heads, q, head_dim] = ", expected,
                 " but got ", value.sizes());
+    check_source("key", key, layer);
+    check_source("value", value, layer);
 
     const Step::Group& planned = step.group(layer);
     const int64_t b = step.live_batch_;
@@ -230,7 +254,7 @@ class CacheBase {
 
   /// Empties every row and zeroes every buffer, in place.
   void reset() {
-    ++generation_;
+    generation_ = detail::next_generation();
     for (auto& t : keys_) t.zero_();
     for (auto& t : values_) t.zero_();
     for (auto& g : groups_) g.slot_positions.fill_(-1);
@@ -244,7 +268,7 @@ class CacheBase {
     const at::Tensor index =
         detail::host_rows("rows", rows, config_.max_batch, /*allow_duplicates=*/false)
             .to(config_.device);
-    ++generation_;
+    generation_ = detail::next_generation();
     for (auto& g : groups_) g.slot_positions.index_fill_(0, index, -1);
     seq_lengths_.index_fill_(0, index, 0);
   }
@@ -255,7 +279,7 @@ class CacheBase {
                 "src: expected a row in [0, max_batch=", config_.max_batch, ") but got ", src);
     TORCH_CHECK(dst >= 0 && dst < config_.max_batch,
                 "dst: expected a row in [0, max_batch=", config_.max_batch, ") but got ", dst);
-    ++generation_;
+    generation_ = detail::next_generation();
     if (src == dst) return;
     auto copy = [&](at::Tensor& t) { t.select(0, dst).copy_(t.select(0, src)); };
     for (auto& t : keys_) copy(t);
@@ -270,7 +294,7 @@ class CacheBase {
     const at::Tensor index =
         detail::host_rows("indices", indices, config_.max_batch, /*allow_duplicates=*/true)
             .to(config_.device);
-    ++generation_;
+    generation_ = detail::next_generation();
     const int64_t n = index.numel();
     // index_select makes a temporary, so overlapping sources are read before
     // the prefix is overwritten.
@@ -327,9 +351,25 @@ class CacheBase {
                 config_.num_layers, ") but got ", layer);
   }
 
+  // A source that shares memory with the buffer it is written into would be
+  // read and written by one index_copy_ (a race on a GPU, and the later
+  // write sees the earlier one on a CPU). A source that requires grad would
+  // chain every later write into one autograd graph that holds every step's
+  // activations: memory that grows for the life of the cache.
+  void check_source(const char* name, const at::Tensor& t, int64_t layer) const {
+    const auto& k = keys_[static_cast<size_t>(layer)];
+    const auto& v = values_[static_cast<size_t>(layer)];
+    TORCH_CHECK(!t.is_alias_of(k) && !t.is_alias_of(v), name,
+                ": expected a tensor that does not share memory with the cache's buffers of layer ",
+                layer, " but got a view of them");
+    TORCH_CHECK(!(t.requires_grad() && c10::GradMode::is_enabled()), name,
+                ": expected a tensor that does not require grad (run decode under "
+                "at::NoGradGuard or c10::InferenceMode) but got requires_grad=true");
+  }
+
   const Group& group_of(int64_t layer) const {
     check_layer(layer);
-    return groups_[static_cast<size_t>(layer_group_[static_cast<size_t>(layer)])];
+    return groups_[static_cast<size_t>((*layer_group_)[static_cast<size_t>(layer)])];
   }
 
  private:
@@ -379,7 +419,7 @@ class CacheBase {
 
   CacheConfig config_;
   std::vector<Group> groups_;
-  std::vector<int64_t> layer_group_;
+  std::shared_ptr<const std::vector<int64_t>> layer_group_;  // group of each layer
   std::vector<at::Tensor> keys_;    // per layer [max_batch, kv_heads, capacity + 1, head_dim]
   std::vector<at::Tensor> values_;  // per layer, same shape
   at::Tensor seq_lengths_;          // [max_batch], int64
@@ -388,21 +428,24 @@ class CacheBase {
 
 /// Bytes a cache built from `config` will own (buffers and bookkeeping),
 /// computed without allocating: equals memory_bytes() of such a cache.
+/// (Per layer type, not per layer: num_layers may be anything validate()
+/// accepts.)
 inline int64_t estimate_memory_bytes(const CacheConfig& config) {
   config.validate();
   const int64_t element = static_cast<int64_t>(c10::elementSize(config.dtype));
   const int64_t index = static_cast<int64_t>(sizeof(int64_t));
+  const int64_t sliding = static_cast<int64_t>(
+      std::count(config.layer_types.begin(), config.layer_types.end(), LayerType::kSliding));
   int64_t total = config.max_batch * index;  // seq_lengths
-  std::vector<LayerType> groups;
-  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
-    const LayerType type = config.layer_type(layer);
+  for (const auto& [type, layers] :
+       {std::pair<LayerType, int64_t>{LayerType::kFull, config.num_layers - sliding},
+        std::pair<LayerType, int64_t>{LayerType::kSliding, sliding}}) {
+    if (layers == 0) continue;
     const int64_t slots = make_layer_policy(config, type)->buffer_len();
-    total += 2 * config.max_batch * config.num_kv_heads * slots * config.head_dim * element;
-    if (std::find(groups.begin(), groups.end(), type) == groups.end()) {
-      groups.push_back(type);
-      total += config.max_batch * slots * index;                // slot_positions
-      total += config.max_batch * config.num_kv_heads * index;  // row_head_base
-    }
+    total +=
+        layers * 2 * config.max_batch * config.num_kv_heads * slots * config.head_dim * element;
+    total += config.max_batch * slots * index;                // slot_positions
+    total += config.max_batch * config.num_kv_heads * index;  // row_head_base
   }
   return total;
 }

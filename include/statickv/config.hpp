@@ -11,10 +11,12 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
+#include <c10/util/safe_numerics.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <ostream>
+#include <utility>
 #include <vector>
 
 namespace statickv {
@@ -110,7 +112,11 @@ struct CacheConfig {
   /// first query) and its own c tokens resident at once, so the ring holds
   /// sliding_window + chunk_limit() - 1 slots. No position reaches max_len, so
   /// a ring never needs more than max_len slots (it then never wraps).
-  int64_t sliding_capacity() const { return std::min(sliding_window + chunk_limit() - 1, max_len); }
+  /// (The window is clamped to max_len first: same result, no overflow for a
+  /// huge sliding_window.)
+  int64_t sliding_capacity() const {
+    return std::min(std::min(sliding_window, max_len) + chunk_limit() - 1, max_len);
+  }
 
   /// Throws c10::Error naming the first field that makes the config impossible.
   void validate() const {
@@ -127,6 +133,11 @@ struct CacheConfig {
     TORCH_CHECK(layer_types.empty() || static_cast<int64_t>(layer_types.size()) == num_layers,
                 "CacheConfig.layer_types: expected empty or num_layers (", num_layers,
                 ") entries but got ", layer_types.size());
+    for (size_t i = 0; i < layer_types.size(); ++i) {
+      TORCH_CHECK(layer_types[i] == LayerType::kFull || layer_types[i] == LayerType::kSliding,
+                  "CacheConfig.layer_types[", i, "]: expected full or sliding but got ",
+                  static_cast<int>(layer_types[i]));
+    }
     if (has_type(LayerType::kSliding)) {
       TORCH_CHECK(sliding_window > 0,
                   "CacheConfig.sliding_window: expected > 0 when a layer is kSliding but got ",
@@ -141,6 +152,44 @@ struct CacheConfig {
     // Keeps slot arithmetic (position * chunk tie-breaking keys) far from overflow.
     TORCH_CHECK(max_len <= (int64_t{1} << 40), "CacheConfig.max_len: expected <= 2^40 but got ",
                 max_len);
+    // Note [newest wins] keys are position * q + token with position < max_len
+    // and q <= chunk_limit(): they must fit int64.
+    TORCH_CHECK(chunk_limit() <= INT64_MAX / max_len,
+                "CacheConfig.max_chunk: expected max_len * max_chunk < 2^63 but got max_len=",
+                max_len, " and max_chunk=", chunk_limit(), max_chunk == 0 ? " (the default)" : "");
+    check_total_bytes();
+  }
+
+ private:
+  // Every size computed from the config (elements per buffer, bytes in all,
+  // what estimate_memory_bytes() returns) must fit int64: a config whose
+  // total overflows is rejected here rather than wrapping around. Bounds each
+  // layer's bookkeeping (slot positions, row offsets: 16 bytes per row, head
+  // and slot at most) together with its keys and values.
+  void check_total_bytes() const {
+    const int64_t element = static_cast<int64_t>(c10::elementSize(dtype));
+    const int64_t sliding = static_cast<int64_t>(
+        std::count(layer_types.begin(), layer_types.end(), LayerType::kSliding));
+    int64_t total = 0;     // seq_lengths
+    int64_t per_slot = 0;  // bytes per row, head and slot
+    bool overflow = c10::mul_overflows(int64_t{8}, max_batch, &total) ||
+                    c10::mul_overflows(2 * element, head_dim, &per_slot) ||
+                    c10::add_overflows(per_slot, int64_t{16}, &per_slot);
+    const std::pair<int64_t, int64_t> kinds[] = {
+        {num_layers - sliding, max_len + 1},
+        {sliding, sliding > 0 ? sliding_capacity() + 1 : 0}};  // {layers, slots}
+    for (const auto& [layers, slots] : kinds) {
+      int64_t bytes = per_slot;
+      overflow = overflow || c10::mul_overflows(bytes, max_batch, &bytes) ||
+                 c10::mul_overflows(bytes, num_kv_heads, &bytes) ||
+                 c10::mul_overflows(bytes, slots, &bytes) ||
+                 c10::mul_overflows(bytes, layers, &bytes) ||
+                 c10::add_overflows(total, bytes, &total);
+    }
+    TORCH_CHECK(!overflow, "CacheConfig: expected < 2^63 bytes of buffers in total but got ",
+                num_layers, " layers of max_batch=", max_batch, " x num_kv_heads=", num_kv_heads,
+                " x slots (max_len=", max_len, ") x head_dim=", head_dim, " x ", element,
+                " bytes, twice, which overflows");
   }
 };
 

@@ -129,9 +129,16 @@ class GraphRunner {
   GraphRunner(std::vector<InputSpec> inputs, StepFn step, Options options)
       : specs_(std::move(inputs)), step_(std::move(step)), options_(std::move(options)) {
     TORCH_CHECK(!specs_.empty(), "inputs: expected at least one InputSpec but got none");
-    TORCH_CHECK(step_ != nullptr, "step: expected a callable step function");
+    TORCH_CHECK(step_ != nullptr, "step: expected a callable step function but got an empty one");
     TORCH_CHECK(options_.warmup_runs >= 0, "Options.warmup_runs: expected >= 0 but got ",
                 options_.warmup_runs);
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      for (int64_t size : specs_[i].trailing) {
+        TORCH_CHECK(size >= 0, "inputs[", i, "] (", specs_[i].name,
+                    ").trailing: expected sizes >= 0 but got ",
+                    at::IntArrayRef(specs_[i].trailing));
+      }
+    }
 #ifdef STATICKV_HAS_CUDA
     graphs_ = options_.use_graphs && options_.device.is_cuda();
     if (graphs_) pool_ = detail::new_graph_pool();
@@ -152,12 +159,12 @@ class GraphRunner {
   /// `attend_len` positions (ignored without attend buckets).
   GraphKey key_for(int64_t batch, int64_t query_len, int64_t attend_len = -1) const {
     GraphKey key;
-    key.batch = options_.batch_buckets.round_up(batch);
-    key.query_len = options_.query_buckets.round_up(query_len);
+    key.batch = options_.batch_buckets.round_up(batch, "batch (inputs' size(0))");
+    key.query_len = options_.query_buckets.round_up(query_len, "q (inputs' size(1))");
     if (options_.attend_buckets) {
       TORCH_CHECK(attend_len >= 1, "attend_len: expected >= 1 with attend buckets but got ",
                   attend_len);
-      key.attend_len = options_.attend_buckets->round_up(attend_len);
+      key.attend_len = options_.attend_buckets->round_up(attend_len, "attend_len");
     }
     return key;
   }
@@ -215,8 +222,8 @@ class GraphRunner {
   /// The static input buffers of a key (for tests: their addresses never change).
   const std::vector<at::Tensor>& static_inputs(const GraphKey& key) const {
     auto it = entries_.find(key);
-    TORCH_CHECK(it != entries_.end(), "key: no entry for [", key.batch, ", ", key.query_len, ", ",
-                key.attend_len, "]");
+    TORCH_CHECK(it != entries_.end(), "key: expected a key already run or captured but got [",
+                key.batch, ", ", key.query_len, ", ", key.attend_len, "]");
     return it->second.inputs;
   }
 
@@ -231,7 +238,7 @@ class GraphRunner {
   void check_input(size_t i, const at::Tensor& t, const at::Tensor& first) const {
     const InputSpec& spec = specs_[i];
     const std::string name = "inputs[" + std::to_string(i) + "] (" + spec.name + ")";
-    TORCH_CHECK(t.defined(), name, ": expected a defined tensor");
+    TORCH_CHECK(t.defined(), name, ": expected a defined tensor but got an undefined one");
     TORCH_CHECK(t.scalar_type() == spec.dtype, name, ": expected dtype ", spec.dtype, " but got ",
                 t.scalar_type());
     TORCH_CHECK(t.device() == options_.device, name, ": expected device ", options_.device,

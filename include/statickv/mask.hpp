@@ -32,6 +32,13 @@ inline double lowest_value(at::ScalarType dtype) {
   }
 }
 
+inline void check_bool_mask(const at::Tensor& mask) {
+  TORCH_CHECK(mask.defined() && mask.scalar_type() == at::kBool,
+              "mask: expected a Bool tensor but got ",
+              mask.defined() ? c10::toString(mask.scalar_type()) : "undefined");
+  TORCH_CHECK(mask.dim() == 4, "mask: expected shape [b, 1, q, kv] but got ", mask.sizes());
+}
+
 }  // namespace detail
 
 /// Additive float mask: 0 where `mask` is true, the dtype's lowest finite
@@ -49,11 +56,10 @@ inline at::Tensor additive_mask(const at::Tensor& mask, at::ScalarType dtype) {
 /// Masks out keys a user marks as padding. key_keep: bool [b, kv], true =
 /// a real key, aligned with the same views as `mask` [b, 1, q, kv].
 inline at::Tensor fold_key_padding(const at::Tensor& mask, const at::Tensor& key_keep) {
-  TORCH_CHECK(mask.defined() && mask.scalar_type() == at::kBool && mask.dim() == 4,
-              "mask: expected a Bool tensor [b, 1, q, kv] but got ",
-              mask.defined() ? mask.sizes() : at::IntArrayRef{});
+  detail::check_bool_mask(mask);
   TORCH_CHECK(key_keep.defined() && key_keep.scalar_type() == at::kBool,
-              "key_keep: expected a defined Bool tensor");
+              "key_keep: expected a Bool tensor but got ",
+              key_keep.defined() ? c10::toString(key_keep.scalar_type()) : "undefined");
   TORCH_CHECK(
       key_keep.dim() == 2 && key_keep.size(0) == mask.size(0) && key_keep.size(1) == mask.size(3),
       "key_keep: expected shape [", mask.size(0), ", ", mask.size(3), "] but got ",
@@ -66,11 +72,10 @@ inline at::Tensor fold_key_padding(const at::Tensor& mask, const at::Tensor& key
 /// Masks out queries a user marks as padding (their rows attend to nothing).
 /// query_keep: bool [b, q], true = a real query.
 inline at::Tensor fold_query_padding(const at::Tensor& mask, const at::Tensor& query_keep) {
-  TORCH_CHECK(mask.defined() && mask.scalar_type() == at::kBool && mask.dim() == 4,
-              "mask: expected a Bool tensor [b, 1, q, kv] but got ",
-              mask.defined() ? mask.sizes() : at::IntArrayRef{});
+  detail::check_bool_mask(mask);
   TORCH_CHECK(query_keep.defined() && query_keep.scalar_type() == at::kBool,
-              "query_keep: expected a defined Bool tensor");
+              "query_keep: expected a Bool tensor but got ",
+              query_keep.defined() ? c10::toString(query_keep.scalar_type()) : "undefined");
   TORCH_CHECK(query_keep.dim() == 2 && query_keep.size(0) == mask.size(0) &&
                   query_keep.size(1) == mask.size(2),
               "query_keep: expected shape [", mask.size(0), ", ", mask.size(2), "] but got ",

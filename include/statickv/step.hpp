@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace statickv {
@@ -62,13 +63,17 @@ class Step {
   };
 
   const Group& group(int64_t layer) const {
+    TORCH_CHECK(layer_group_ != nullptr,
+                "step: expected a Step made by prepare() but got a default-constructed one");
     TORCH_CHECK(layer >= 0 && layer < static_cast<int64_t>(layer_group_->size()),
                 "layer: expected an index in [0, ", layer_group_->size(), ") but got ", layer);
     return groups_[static_cast<size_t>((*layer_group_)[static_cast<size_t>(layer)])];
   }
 
   std::vector<Group> groups_;
-  const std::vector<int64_t>* layer_group_ = nullptr;  // owned by the cache
+  // Shared with the cache, so a Step that outlives its cache still answers
+  // mask() and write_slots() instead of reading freed memory.
+  std::shared_ptr<const std::vector<int64_t>> layer_group_;
   const CacheBase* owner_ = nullptr;
   uint64_t generation_ = 0;
   at::Tensor positions_;

@@ -1,0 +1,206 @@
+// Churn soak: one max_batch-row HybridCache serves sequences that join,
+// prefill in chunks, decode, fork (copy_row), are reordered (beam search),
+// finish and are aborted at random, for thousands of steps, as a serving
+// process does for days. Every step's attention output for every live token,
+// in a sliding and a full layer, is compared with a reference that keeps
+// every token; bookkeeping and buffer addresses are checked every step.
+
+#include "support.hpp"
+
+#include <algorithm>
+#include <random>
+
+using namespace statickv;
+using namespace statickv::test;
+
+namespace {
+
+constexpr int64_t kMaxBatch = 8;
+constexpr int64_t kMaxLen = 96;
+constexpr int64_t kWindow = 8;
+constexpr int64_t kChunk = 6;
+constexpr int64_t kHeads = 4;
+constexpr int64_t kKvHeads = 2;
+constexpr int64_t kDim = 8;
+constexpr int64_t kSteps = 5000;
+
+// What the serving loop knows about a row.
+struct Row {
+  bool active = false;
+  int64_t length = 0;  // positions 0 .. length-1 are stored
+  int64_t target = 0;  // the sequence finishes at this length
+  int64_t prompt = 0;  // prompt tokens still to prefill
+};
+
+struct Counts {
+  int64_t steps = 0, tokens = 0, joins = 0, finishes = 0, forks = 0, aborts = 0, reorders = 0;
+};
+
+CacheConfig soak_config() {
+  CacheConfig c;
+  c.num_layers = 2;
+  c.num_kv_heads = kKvHeads;
+  c.head_dim = kDim;
+  c.max_batch = kMaxBatch;
+  c.max_len = kMaxLen;
+  c.layer_types = {LayerType::kSliding, LayerType::kFull};
+  c.sliding_window = kWindow;
+  c.max_chunk = kChunk;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("thousands of churned steps in a max_batch-row cache match a keep-every-token reference",
+          "[soak]") {
+  HybridCache cache(soak_config());
+  ReferenceLayer ref_sliding(kMaxBatch, kKvHeads, kMaxLen, kDim, kWindow);
+  ReferenceLayer ref_full(kMaxBatch, kKvHeads, kMaxLen, kDim, /*window=*/0);
+  std::vector<Row> rows(kMaxBatch);
+  std::mt19937_64 rng(20261201);
+  at::manual_seed(20261201);
+  auto uniform = [&](int64_t lo, int64_t hi) {  // inclusive
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+  auto reset = [&](const std::vector<int64_t>& which) {
+    cache.reset_rows(at::tensor(which, i64()));
+    for (int64_t r : which) {
+      ref_sliding.reset_row(r);
+      ref_full.reset_row(r);
+      rows[r] = Row{};
+    }
+  };
+  auto pick = [&](bool want_active, bool decoding) -> int64_t {
+    std::vector<int64_t> candidates;
+    for (int64_t r = 0; r < kMaxBatch; ++r) {
+      if (rows[r].active == want_active && (!decoding || rows[r].prompt == 0)) {
+        candidates.push_back(r);
+      }
+    }
+    if (candidates.empty()) return -1;
+    return candidates[static_cast<size_t>(uniform(0, static_cast<int64_t>(candidates.size()) - 1))];
+  };
+
+  const auto before = addresses(cache);
+  Counts n;
+  double worst = 0;
+  while (n.steps < kSteps) {
+    // Finished sequences leave together, in one reset_rows.
+    std::vector<int64_t> done;
+    for (int64_t r = 0; r < kMaxBatch; ++r) {
+      if (rows[r].active && rows[r].prompt == 0 && rows[r].length >= rows[r].target) {
+        done.push_back(r);
+      }
+    }
+    if (!done.empty()) {
+      reset(done);
+      n.finishes += static_cast<int64_t>(done.size());
+    }
+    // A client goes away mid-sequence.
+    for (int64_t r = 0; r < kMaxBatch; ++r) {
+      if (rows[r].active && chance(0.004)) {
+        reset({r});
+        ++n.aborts;
+      }
+    }
+    // Parallel sampling: a decoding sequence forks into a free row.
+    if (chance(0.05)) {
+      const int64_t src = pick(/*want_active=*/true, /*decoding=*/true);
+      const int64_t dst = pick(/*want_active=*/false, /*decoding=*/false);
+      if (src >= 0 && dst >= 0 && rows[src].length < kMaxLen) {
+        cache.copy_row(src, dst);
+        ref_sliding.copy_row(src, dst);
+        ref_full.copy_row(src, dst);
+        rows[dst] = rows[src];
+        rows[dst].target = uniform(rows[src].length + 1, kMaxLen);
+        ++n.forks;
+      }
+    }
+    // Beam search: every row becomes some row, repeats allowed.
+    if (chance(0.01)) {
+      std::vector<int64_t> order;
+      for (int64_t i = 0; i < kMaxBatch; ++i) order.push_back(uniform(0, kMaxBatch - 1));
+      cache.reorder(at::tensor(order, i64()));
+      ref_sliding.reorder(order);
+      ref_full.reorder(order);
+      const std::vector<Row> old = rows;
+      for (int64_t i = 0; i < kMaxBatch; ++i) rows[i] = old[order[i]];
+      ++n.reorders;
+    }
+    // New requests take free rows.
+    for (int64_t r = 0; r < kMaxBatch; ++r) {
+      if (!rows[r].active && chance(0.1)) {
+        rows[r].active = true;
+        rows[r].target = uniform(2, kMaxLen);
+        rows[r].prompt = uniform(1, std::min<int64_t>(rows[r].target, 24));
+        ++n.joins;
+      }
+    }
+
+    // One step: prefilling rows feed a chunk, decoding rows one token, free
+    // rows and the rest of short rows are padding (-1), at random columns.
+    int64_t live = 0;
+    for (int64_t r = 0; r < kMaxBatch; ++r) {
+      if (rows[r].active) live = r + 1;
+    }
+    if (live == 0) continue;
+    std::vector<int64_t> count(static_cast<size_t>(live), 0);
+    for (int64_t r = 0; r < live; ++r) {
+      if (!rows[r].active) continue;
+      count[r] = rows[r].prompt > 0 ? uniform(1, std::min(rows[r].prompt, kChunk)) : 1;
+    }
+    const int64_t q = *std::max_element(count.begin(), count.end());
+    std::vector<int64_t> pos_values(static_cast<size_t>(live * q), -1);
+    int64_t highest = 0;
+    for (int64_t r = 0; r < live; ++r) {
+      const int64_t offset = uniform(0, q - count[r]);
+      for (int64_t t = 0; t < count[r]; ++t) pos_values[r * q + offset + t] = rows[r].length + t;
+      rows[r].length += count[r];
+      rows[r].prompt = std::max<int64_t>(rows[r].prompt - count[r], 0);
+      highest = std::max(highest, rows[r].length);
+      n.tokens += count[r];
+    }
+    const at::Tensor pos = at::tensor(pos_values, i64()).view({live, q});
+    // Full layers attend a 16-aligned prefix, as attend-length buckets do.
+    const int64_t attend = std::min<int64_t>((highest + 15) / 16 * 16, kMaxLen);
+
+    const at::Tensor key = at::randn({live, kKvHeads, q, kDim});
+    const at::Tensor value = at::randn({live, kKvHeads, q, kDim});
+    const at::Tensor key2 = at::randn({live, kKvHeads, q, kDim});
+    const at::Tensor query = at::randn({live, kHeads, q, kDim});
+    Step step = cache.prepare(pos, live, attend);
+    KV slide = cache.update(0, key, value, step);
+    KV full = cache.update(1, key2, value, step);
+    ref_sliding.write(pos, key, value);
+    ref_full.write(pos, key2, value);
+    const at::Tensor real = pos.ge(0).view({live, 1, q, 1});
+    const at::Tensor zero = at::zeros({}, f32());
+    const double d_sliding = max_diff(
+        at::where(real, sdpa_attention(query, slide.keys, slide.values, step.mask(0)), zero),
+        at::where(real, ref_sliding.attend(query, pos), zero));
+    const double d_full = max_diff(
+        at::where(real, reference_attention(query, full.keys, full.values, step.mask(1)), zero),
+        at::where(real, ref_full.attend(query, pos), zero));
+    std::vector<int64_t> lengths;
+    for (const Row& row : rows) lengths.push_back(row.length);
+    INFO("step " << n.steps << " positions " << pos);
+    REQUIRE(d_sliding <= 1e-5);
+    REQUIRE(d_full <= 1e-5);
+    REQUIRE(at::equal(cache.seq_lengths(), at::tensor(lengths, i64())));
+    REQUIRE(addresses(cache) == before);
+    worst = std::max({worst, d_sliding, d_full});
+    ++n.steps;
+  }
+  INFO("tokens " << n.tokens << " joins " << n.joins << " finishes " << n.finishes << " forks "
+                 << n.forks << " aborts " << n.aborts << " reorders " << n.reorders
+                 << " worst diff " << worst);
+  CHECK(n.steps == kSteps);
+  // The run really churned: every kind of event happened many times.
+  CHECK(n.tokens > 5 * kSteps);
+  CHECK(n.joins > 200);
+  CHECK(n.finishes > 100);
+  CHECK(n.forks > 50);
+  CHECK(n.aborts > 20);
+  CHECK(n.reorders > 10);
+}
