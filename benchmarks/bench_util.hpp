@@ -1,29 +1,190 @@
 #pragma once
 // Shared by the benchmarks: device selection, synchronized timing, robust
-// statistics and the side-by-side measurement loop.
+// statistics, the side-by-side measurement loop, flags and JSON output.
 //
-// Variants are measured interleaved (round r times variant 0, 1, 2, ... in
+// Variants are measured interleaved (round r times variant r, r+1, ... in
 // turn), so a drift of the shared machine's speed hits all of them alike;
-// ratios of medians are what the benchmarks report.
+// ratios are the median over rounds of the per-round (paired) ratio, with
+// p10..p90 as the spread. Times on a CUDA device are read only after
+// torch::cuda::synchronize(), so a sample measures the work, not its launch.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/core.h>
 #include <torch/cuda.h>
+#include <torch/version.h>
+#ifdef STATICKV_HAS_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <fstream>
 #include <functional>
+#include <map>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace statickv::bench {
 
+using Clock = std::chrono::steady_clock;
+
+/// A JSON value to write results with: null, bool, number, string, array,
+/// or object (keys in insertion order). Write-only and small on purpose, so
+/// the benchmarks need nothing beyond LibTorch and fmt.
+class Json {
+ public:
+  Json() = default;
+  Json(bool b) : kind_(Kind::kBool), bool_(b) {}  // NOLINT: implicit, like a literal
+  Json(int v) : Json(static_cast<int64_t>(v)) {}
+  Json(long v) : kind_(Kind::kInt), int_(static_cast<int64_t>(v)) {}
+  Json(long long v) : kind_(Kind::kInt), int_(static_cast<int64_t>(v)) {}
+  Json(unsigned long v) : kind_(Kind::kInt), int_(static_cast<int64_t>(v)) {}
+  Json(unsigned long long v) : kind_(Kind::kInt), int_(static_cast<int64_t>(v)) {}
+  Json(double v) : kind_(Kind::kDouble), double_(v) {}
+  Json(const char* v) : kind_(Kind::kString), string_(v) {}
+  Json(std::string v) : kind_(Kind::kString), string_(std::move(v)) {}
+  Json(const std::vector<int64_t>& v) : kind_(Kind::kArray) {
+    for (int64_t x : v) items_.emplace_back(x);
+  }
+
+  using Member = std::pair<std::string, Json>;
+  static Json object(std::initializer_list<Member> members = {}) {
+    Json j;
+    j.kind_ = Kind::kObject;
+    for (const auto& m : members) j.members_.push_back(m);
+    return j;
+  }
+  static Json array() {
+    Json j;
+    j.kind_ = Kind::kArray;
+    return j;
+  }
+
+  /// Object member (added if missing).
+  Json& operator[](const std::string& key) {
+    if (kind_ == Kind::kNull) kind_ = Kind::kObject;
+    if (kind_ != Kind::kObject) throw std::logic_error("Json: operator[] on a non-object");
+    for (auto& m : members_) {
+      if (m.first == key) return m.second;
+    }
+    members_.emplace_back(key, Json());
+    return members_.back().second;
+  }
+  void push_back(Json value) {
+    if (kind_ == Kind::kNull) kind_ = Kind::kArray;
+    if (kind_ != Kind::kArray) throw std::logic_error("Json: push_back on a non-array");
+    items_.push_back(std::move(value));
+  }
+
+  /// Text; indent < 0: one line.
+  std::string dump(int indent = -1) const {
+    std::string out;
+    write(out, indent, 0);
+    return out;
+  }
+
+ private:
+  enum class Kind { kNull, kBool, kInt, kDouble, kString, kArray, kObject };
+
+  static void quote(std::string& out, const std::string& s) {
+    out += '"';
+    for (const char c : s) {
+      switch (c) {
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        default:
+          if (static_cast<unsigned char>(c) < 0x20) {
+            out += fmt::format("\\u{:04x}", static_cast<int>(c));
+          } else {
+            out += c;
+          }
+      }
+    }
+    out += '"';
+  }
+
+  void write(std::string& out, int indent, int depth) const {
+    const bool pretty = indent >= 0;
+    auto newline = [&](int d) {
+      if (pretty) out += "\n" + std::string(static_cast<size_t>(indent * d), ' ');
+    };
+    switch (kind_) {
+      case Kind::kNull:
+        out += "null";
+        break;
+      case Kind::kBool:
+        out += bool_ ? "true" : "false";
+        break;
+      case Kind::kInt:
+        out += std::to_string(int_);
+        break;
+      case Kind::kDouble:
+        out += std::isfinite(double_) ? fmt::format("{}", double_) : "null";
+        break;
+      case Kind::kString:
+        quote(out, string_);
+        break;
+      case Kind::kArray:
+        out += '[';
+        for (size_t i = 0; i < items_.size(); ++i) {
+          if (i > 0) out += ',';
+          newline(depth + 1);
+          items_[i].write(out, indent, depth + 1);
+        }
+        if (!items_.empty()) newline(depth);
+        out += ']';
+        break;
+      case Kind::kObject:
+        out += '{';
+        for (size_t i = 0; i < members_.size(); ++i) {
+          if (i > 0) out += ',';
+          newline(depth + 1);
+          quote(out, members_[i].first);
+          out += pretty ? ": " : ":";
+          members_[i].second.write(out, indent, depth + 1);
+        }
+        if (!members_.empty()) newline(depth);
+        out += '}';
+        break;
+    }
+  }
+
+  Kind kind_ = Kind::kNull;
+  bool bool_ = false;
+  int64_t int_ = 0;
+  double double_ = 0;
+  std::string string_;
+  std::vector<Json> items_;
+  std::vector<Member> members_;
+};
+
 /// Waits for queued device work, so a clock read after it measures the work
 /// and not just its launch.
 inline void sync(const at::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize();
+}
+
+/// Seconds since `start`, after waiting for the device.
+inline double seconds_since(Clock::time_point start, const at::Device& device) {
+  sync(device);
+  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 inline at::ScalarType parse_dtype(const std::string& name) {
@@ -46,17 +207,25 @@ inline at::Device parse_device(const std::string& name) {
 }
 
 struct Stats {
-  double median = 0, p10 = 0, p90 = 0;  // seconds per call
+  double median = 0, p10 = 0, p90 = 0;  // seconds per call (or a ratio)
   std::vector<double> samples;          // per round, in round order
 };
 
 inline Stats summarize(std::vector<double> samples) {
+  if (samples.empty()) return Stats{};
   std::sort(samples.begin(), samples.end());
   auto at_fraction = [&](double f) {
     const size_t i = static_cast<size_t>(f * static_cast<double>(samples.size() - 1) + 0.5);
     return samples[std::min(i, samples.size() - 1)];
   };
   return Stats{at_fraction(0.5), at_fraction(0.1), at_fraction(0.9), {}};
+}
+
+/// summarize() that keeps the samples (in the order given).
+inline Stats summarize_keep(const std::vector<double>& samples) {
+  Stats s = summarize(samples);
+  s.samples = samples;
+  return s;
 }
 
 /// Median over rounds of a[r] / b[r]: each round's two samples were taken
@@ -90,19 +259,13 @@ inline std::vector<Stats> measure_interleaved(const std::vector<Variant>& varian
     for (size_t j = 0; j < variants.size(); ++j) {
       const size_t i = (j + static_cast<size_t>(r)) % variants.size();
       sync(device);
-      const auto start = std::chrono::steady_clock::now();
+      const auto start = Clock::now();
       for (int c = 0; c < calls; ++c) variants[i].run();
-      sync(device);
-      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-      samples[i].push_back(took.count() / calls);
+      samples[i].push_back(seconds_since(start, device) / calls);
     }
   }
   std::vector<Stats> out;
-  for (auto& s : samples) {
-    Stats stats = summarize(s);
-    stats.samples = std::move(s);
-    out.push_back(std::move(stats));
-  }
+  for (auto& s : samples) out.push_back(summarize_keep(s));
   return out;
 }
 
@@ -117,6 +280,177 @@ inline std::string dtype_name(at::ScalarType dtype) {
     default:
       return c10::toString(dtype);
   }
+}
+
+// ---------------------------------------------------------------------------
+// Flags: every benchmark takes `--name value` flags and `--help`.
+
+class Flags {
+ public:
+  Flags(std::string program, std::string summary)
+      : program_(std::move(program)), summary_(std::move(summary)) {}
+
+  void add(const std::string& name, std::string* target, const std::string& help) {
+    add_setter(name, help, "'" + *target + "'", [target](const std::string& v) { *target = v; });
+  }
+  void add(const std::string& name, int64_t* target, const std::string& help) {
+    add_setter(name, help, std::to_string(*target),
+               [target, name](const std::string& v) { *target = to_int(name, v); });
+  }
+  void add(const std::string& name, int* target, const std::string& help) {
+    add_setter(name, help, std::to_string(*target), [target, name](const std::string& v) {
+      *target = static_cast<int>(to_int(name, v));
+    });
+  }
+  void add(const std::string& name, double* target, const std::string& help) {
+    add_setter(name, help, fmt::format("{}", *target), [target, name](const std::string& v) {
+      try {
+        size_t used = 0;
+        *target = std::stod(v, &used);
+        if (used == v.size()) return;
+      } catch (const std::exception&) {
+      }
+      throw std::invalid_argument(name + ": expected a number but got '" + v + "'");
+    });
+  }
+  /// A switch: present = true (no value).
+  void add_switch(const std::string& name, bool* target, const std::string& help) {
+    switches_[name] = target;
+    usage_.push_back({name, help});
+  }
+
+  void parse(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg == "--help" || arg == "-h") {
+        std::fputs(usage().c_str(), stdout);
+        std::exit(0);
+      }
+      if (auto s = switches_.find(arg); s != switches_.end()) {
+        *s->second = true;
+        continue;
+      }
+      auto it = setters_.find(arg);
+      if (it == setters_.end()) {
+        throw std::invalid_argument("unknown flag " + arg + " (see --help)");
+      }
+      if (i + 1 >= argc) throw std::invalid_argument(arg + ": expected a value");
+      it->second(argv[++i]);
+    }
+  }
+
+  std::string usage() const {
+    std::string out = program_ + ": " + summary_ + "\n\n";
+    for (const auto& [name, help] : usage_) out += fmt::format("  {:<22} {}\n", name, help);
+    out += fmt::format("  {:<22} {}\n", "--help", "this text");
+    return out;
+  }
+
+  static int64_t to_int(const std::string& name, const std::string& v) {
+    size_t used = 0;
+    int64_t out = 0;
+    try {
+      out = std::stoll(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (v.empty() || used != v.size()) {
+      throw std::invalid_argument(name + ": expected an integer but got '" + v + "'");
+    }
+    return out;
+  }
+
+  /// "128,256,1024" -> {128, 256, 1024}.
+  static std::vector<int64_t> int_list(const std::string& name, const std::string& v) {
+    std::vector<int64_t> out;
+    size_t begin = 0;
+    while (begin <= v.size()) {
+      const size_t end = std::min(v.find(',', begin), v.size());
+      out.push_back(to_int(name, v.substr(begin, end - begin)));
+      begin = end + 1;
+    }
+    return out;
+  }
+
+ private:
+  void add_setter(const std::string& name, const std::string& help, const std::string& value,
+                  std::function<void(const std::string&)> set) {
+    setters_[name] = std::move(set);
+    usage_.push_back({name + " V", help + " (default " + value + ")"});
+  }
+
+  std::string program_, summary_;
+  std::map<std::string, std::function<void(const std::string&)>> setters_;
+  std::map<std::string, bool*> switches_;
+  std::vector<std::pair<std::string, std::string>> usage_;
+};
+
+// ---------------------------------------------------------------------------
+// JSON and the environment a number was measured in.
+
+inline Json to_json(const Stats& s) {
+  return Json::object({{"median", s.median}, {"p10", s.p10}, {"p90", s.p90}});
+}
+
+inline std::string today() {
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
+  return buf;
+}
+
+inline std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "unknown";
+}
+
+/// The GPU's name ("" on the CPU or without CUDA support).
+inline std::string gpu_name(const at::Device& device) {
+#ifdef STATICKV_HAS_CUDA
+  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index())->name;
+#endif
+  (void)device;
+  return "";
+}
+
+/// Where and when: LibTorch version, device (and GPU), CPU, threads, date (UTC).
+inline Json environment(const at::Device& device) {
+  Json env = Json::object({{"libtorch", TORCH_VERSION}, {"device", device.str()}});
+  if (device.is_cuda()) env["gpu"] = gpu_name(device);
+  env["cpu"] = cpu_model();
+  env["cpu_threads"] = at::get_num_threads();
+  env["date"] = today();
+  return env;
+}
+
+/// The command line, for the record ("build/benchmarks/x --flag value").
+inline std::string command_line(int argc, char** argv) {
+  std::string out;
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0) out += ' ';
+    out += argv[i];
+  }
+  return out;
+}
+
+inline void write_json(const std::string& path, const Json& json) {
+  if (path.empty()) return;
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("--json: cannot write " + path);
+  out << json.dump(1) << "\n";
+  fmt::print("wrote {}\n", path);
+}
+
+/// "1.023 [0.981, 1.066]".
+inline std::string ratio_text(const Stats& s) {
+  return fmt::format("{:.3f} [{:.3f}, {:.3f}]", s.median, s.p10, s.p90);
 }
 
 }  // namespace statickv::bench

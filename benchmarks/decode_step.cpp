@@ -17,7 +17,6 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -177,23 +176,26 @@ int main(int argc, char** argv) try {
   fmt::print("attend max_len vs length C/B:            {:.3f}  [p10 {:.3f}, p90 {:.3f}]\n",
              full_ratio, full_stats.p10, full_stats.p90);
 
-  if (!o.json.empty()) {
-    std::ofstream out(o.json);
-    out << fmt::format(
-        "{{\"benchmark\": \"decode_step\", \"device\": \"{}\", \"dtype\": \"{}\", \"layers\": {}, "
-        "\"heads\": {}, \"kv_heads\": {}, \"head_dim\": {}, \"context\": {}, \"max_len\": {},\n",
-        device.str(), dtype_name(dtype), o.layers, o.heads, o.kv_heads, o.head_dim, o.context,
-        o.max_len);
-    out << " \"variants\": [\n";
-    for (size_t i = 0; i < variants.size(); ++i) {
-      out << fmt::format(
-          "  {{\"name\": \"{}\", \"median_s\": {:.9f}, \"p10_s\": {:.9f}, \"p90_s\": {:.9f}}}{}\n",
-          variants[i].name, stats[i].median, stats[i].p10, stats[i].p90,
-          i + 1 < variants.size() ? "," : "");
-    }
-    out << fmt::format(" ],\n \"batch_prefix_ratio\": {:.6f},\n \"full_len_ratio\": {:.6f}\n}}\n",
-                       prefix_ratio, full_ratio);
+  Json json_variants = Json::array();
+  for (size_t i = 0; i < variants.size(); ++i) {
+    json_variants.push_back(
+        Json::object({{"name", variants[i].name}, {"step_s", to_json(stats[i])}}));
   }
+  write_json(o.json, Json::object({{"benchmark", "decode_step"},
+                                   {"command", command_line(argc, argv)},
+                                   {"environment", environment(device)},
+                                   {"dtype", dtype_name(dtype)},
+                                   {"layers", o.layers},
+                                   {"heads", o.heads},
+                                   {"kv_heads", o.kv_heads},
+                                   {"head_dim", o.head_dim},
+                                   {"context", o.context},
+                                   {"max_len", o.max_len},
+                                   {"rounds", o.rounds},
+                                   {"calls", o.calls},
+                                   {"variants", json_variants},
+                                   {"batch_prefix_ratio", to_json(prefix_stats)},
+                                   {"full_len_ratio", to_json(full_stats)}}));
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "statickv_bench_decode: %s\n", e.what());

@@ -1,20 +1,124 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds, and runs the bundled
-# benchmarks on CUDA when LibTorch sees a GPU, else on the CPU.
-#   bash scripts/demo.sh [--device cpu|cuda] [--quick] [other benchmark flags]
-source "$(dirname "$0")/setup.sh"
-quick=0
-args=()
-for a in "$@"; do
-  if [ "$a" = --quick ]; then quick=1; else args+=("$a"); fi
+# The main job: installs what is missing, builds, runs every benchmark
+# (benchmarks/, see BENCHMARKS.md) and writes results/REPORT.md with plots.
+#
+#   bash scripts/demo.sh [--quick|--full] [--device auto|cpu|cuda] [--dtype T] [--threads N]
+#                        [--only LIST] [--no-hf] [--results DIR]
+#
+#   --quick      (default) a couple of minutes on a CPU: small shapes, few rounds
+#   --full       the measurements BENCHMARKS.md records (about 10 minutes on a 2-core CPU)
+#   --device     auto (default: cuda when LibTorch sees a GPU), cpu or cuda
+#   --dtype T    fp32, fp16 or bf16 for every benchmark (default: each one's own)
+#   --threads N  CPU threads for LibTorch and the Hugging Face side (default: all)
+#   --only LIST  comma-separated subset of: model,decode,prompts,context,hf,write,memory
+#   --no-hf      skip the Hugging Face comparison
+#   --results    where JSON, logs, REPORT.md and plots go (default: results/)
+# Every variant runs interleaved with the others in one process; ratios are
+# medians of paired per-round ratios with p10..p90.
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+mode=quick device=auto dtype="" threads="" only="" hf=1 results=""
+while (($#)); do
+  case "$1" in
+    --quick) mode=quick ;;
+    --full) mode=full ;;
+    --device) device=$2; shift ;;
+    --device=*) device=${1#*=} ;;
+    --dtype) dtype=$2; shift ;;
+    --threads) threads=$2; shift ;;
+    --only) only=$2; shift ;;
+    --no-hf) hf=0 ;;
+    --results) results=$2; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "demo.sh: unknown flag $1" >&2; usage >&2; exit 2 ;;
+  esac
+  shift
 done
-mkdir -p "$STATICKV_ROOT/results"
-extra=()
-((quick)) && extra=(--rounds 15 --calls 2)
+
+source "$(dirname "$0")/setup.sh"
+PY="$VENV/bin/python"
+RESULTS=${results:-$STATICKV_ROOT/results}
+mkdir -p "$RESULTS"
+BENCH="$BUILD_DIR/benchmarks"
+if [ "$device" = auto ]; then
+  device=$("$PY" -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")' 2>/dev/null || echo cpu)
+fi
+case "$device" in cpu|cuda) ;; *) echo "demo.sh: --device: expected auto, cpu or cuda but got $device" >&2; exit 2 ;; esac
+
+common=(--device "$device")
+[ -n "$threads" ] && common+=(--threads "$threads")
+# Appended after each benchmark's own flags, so it wins (the last value counts).
+typed=()
+[ -n "$dtype" ] && typed=(--dtype "$dtype")
+want() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
+failed=()
+run() {  # run NAME COMMAND...: log to RESULTS/NAME.txt, keep going on failure
+  local name=$1; shift
+  echo
+  echo "== $name: $*"
+  set +e  # setup.sh turned on errexit; a failing benchmark must not end the run
+  "$@" 2>&1 | tee "$RESULTS/$name.txt"
+  local rc=${PIPESTATUS[0]}
+  set -e
+  ((rc == 0)) || { echo "== $name failed (exit $rc)"; failed+=("$name"); }
+}
+
+# Per mode and device: shapes, lengths and rounds. Quick fits a couple of
+# minutes on a 2-core CPU; full is what BENCHMARKS.md records.
+if [ "$device" = cuda ]; then
+  if [ "$mode" = full ]; then
+    model=(--shape llama-3.2-1b --dtype bf16 --context 1024 --max-len 4096 --rounds 30 --calls 10)
+    decode=(--rounds 40 --calls 10)
+    prompts=(--shape llama-3.2-1b --dtype bf16 --max-len 2048 --prompts 64 --reps 3)
+    context=(--graphs --max-len 8192 --rounds 30 --calls 10)
+    write=(--rounds 30 --calls 50)
+    hfargs=(--shapes llama-3.2-1b --prompt-len 128 --new-tokens 64 --rounds 5 --new-lengths 37,150,300,700,1000)
+  else
+    model=(--shape llama-3.2-1b --dtype bf16 --context 1024 --max-len 2048 --rounds 10 --calls 5)
+    decode=(--rounds 15 --calls 5)
+    prompts=(--shape llama-3.2-1b --dtype bf16 --max-len 1024 --prompts 64 --reps 1)
+    context=(--graphs --max-len 4096 --rounds 10 --calls 5)
+    write=(--rounds 10 --calls 20)
+    hfargs=(--shapes llama-3.2-1b --prompt-len 64 --new-tokens 32 --rounds 3 --new-lengths 37,300)
+  fi
+else
+  if [ "$mode" = full ]; then
+    model=(--shape llama-3.2-1b --dtype fp32 --context 1024 --max-len 2048 --rounds 20 --calls 1)
+    decode=(--rounds 40 --calls 4)
+    prompts=(--shape small --max-len 256 --prompts 64 --reps 3)
+    context=(--max-len 4096 --rounds 40 --calls 8)
+    write=(--rounds 30 --calls 20)
+    hfargs=(--shapes tiny,llama-3.2-1b --prompt-len 32 --new-tokens 8 --rounds 3)
+  else
+    model=(--shape small --context 1024 --max-len 2048 --rounds 10 --calls 3)
+    decode=(--rounds 25 --calls 3)
+    prompts=(--shape small --max-len 128 --prompts 64 --reps 1)
+    context=(--max-len 2048 --rounds 8 --calls 2)
+    write=(--rounds 8 --calls 10)
+    hfargs=(--shapes tiny --prompt-len 64 --new-tokens 32 --rounds 5)
+  fi
+fi
+
+echo "== statickv benchmarks: $mode mode on $device; results in $RESULTS"
+start=$SECONDS
+want model && run model_decode "$BENCH/statickv_bench_model" "${common[@]}" "${model[@]}" "${typed[@]}" --json "$RESULTS/model_decode.json"
+want decode && run decode_step "$BENCH/statickv_bench_decode" "${common[@]}" "${decode[@]}" "${typed[@]}" --json "$RESULTS/decode_step.json"
+want prompts && run prompt_lengths "$BENCH/statickv_bench_prompts" "${common[@]}" "${prompts[@]}" "${typed[@]}" --json "$RESULTS/prompt_lengths.json"
+want context && run context_length "$BENCH/statickv_bench_context" "${common[@]}" "${context[@]}" "${typed[@]}" --json "$RESULTS/context_length.json"
+want write && run write_cost "$BENCH/statickv_bench_write" "${common[@]}" "${write[@]}" "${typed[@]}" --json "$RESULTS/write_cost.json"
+want memory && run memory "$BENCH/statickv_bench_memory" --json "$RESULTS/memory.json"
+if ((hf)) && want hf; then
+  if "$PY" -c 'import transformers' 2>/dev/null; then
+    run hf_compare "$PY" "$STATICKV_ROOT/benchmarks/hf_compare.py" --exe "$BENCH/statickv_bench_serve" \
+      --device "$device" ${threads:+--threads "$threads"} "${hfargs[@]}" "${typed[@]}" \
+      --workdir "$RESULTS/hf" --json "$RESULTS/hf_compare.json"
+  else
+    echo "== hf_compare skipped: no transformers in $PY"
+  fi
+fi
 echo
-"$BUILD_DIR/benchmarks/statickv_bench_decode" "${extra[@]}" \
-  --json "$STATICKV_ROOT/results/decode_step.json" "${args[@]}"
-echo
-"$BUILD_DIR/benchmarks/statickv_bench_memory" | tee "$STATICKV_ROOT/results/memory.txt"
-echo
-echo "results: $STATICKV_ROOT/results/"
+"$PY" "$STATICKV_ROOT/benchmarks/report.py" "$RESULTS" --title "statickv benchmarks ($mode, $device)"
+echo "== done in $((SECONDS - start)) s; results: $RESULTS/ (REPORT.md, *.json, *.txt, *.png)"
+if ((${#failed[@]})); then
+  echo "== failed: ${failed[*]}"
+  exit 1
+fi

@@ -1,0 +1,277 @@
+// Decode cost against context length: one decode step of an attention stack
+// (cache write + attention for every layer of a model shape) at context
+// lengths from 128 to max_len, for
+//   ideal     preallocated contiguous buffers, a slice write, and attention
+//             over exactly the valid tokens (no mask): the exact-length ideal
+//   statickv  StaticCache with attend_len = the real length (masked sdpa)
+//   hf-static a static cache attending all max_len slots, as Hugging Face's
+//             StaticCache does (statickv with attend_len = max_len)
+//   dynamic   the DynamicCache baseline: torch::cat of the past and the new
+//             token every step, then attention over exactly the valid tokens
+// each printed as a ratio to the ideal (median of paired per-round ratios).
+// Target: statickv <= 1.15x the ideal at every length.
+//
+// Two diagnostic variants split statickv's overhead where it shows (short
+// contexts on a CPU, where every op's fixed cost counts):
+//   ideal+mask   the ideal with a bool mask (all true): the cost of sdpa's
+//                per-call bool-to-float mask conversion alone
+//   sk-additive  statickv with the step's mask converted to an additive
+//                float mask once per step (additive_mask) and shared by all
+//                layers, passed to scaled_dot_product_attention directly
+//
+// With --graphs on CUDA, ideal, statickv and hf-static steps are captured
+// once per length (GraphRunner) and replayed; dynamic stays eager (its
+// shapes and addresses change every step).
+//
+//   statickv_bench_context [--device D] [--max-len N] [--contexts 128,256,...] ...
+
+#include <statickv/statickv.hpp>
+
+#include "bench_util.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <memory>
+
+using namespace statickv;
+using namespace statickv::bench;
+
+namespace {
+
+struct Options {
+  std::string device = "auto", dtype, contexts, json;
+  int64_t layers = 16, heads = 32, kv_heads = 8, head_dim = 64;  // Llama-3.2-1B geometry
+  int64_t max_len = 4096;
+  int rounds = 20, calls = 4, threads = 0;
+  bool graphs = false;
+};
+
+// A step that takes the new token's position [1] (device int64) and returns
+// the last layer's attention output [1, heads, 1, head_dim].
+using StepFn = std::function<at::Tensor(const at::Tensor&)>;
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  Options o;
+  Flags flags("statickv_bench_context", "decode-step cost vs context length, as ratios to ideal");
+  flags.add("--device", &o.device, "auto, cpu or cuda");
+  flags.add("--dtype", &o.dtype, "fp32, fp16 or bf16 (default fp32 on cpu, fp16 on cuda)");
+  flags.add("--layers", &o.layers, "layers per step");
+  flags.add("--heads", &o.heads, "query heads");
+  flags.add("--kv-heads", &o.kv_heads, "key/value heads");
+  flags.add("--head-dim", &o.head_dim, "head dimension");
+  flags.add("--max-len", &o.max_len, "cache capacity");
+  flags.add("--contexts", &o.contexts, "comma-separated lengths (default 128, 256, ... max_len)");
+  flags.add("--rounds", &o.rounds, "interleaved samples per variant and length");
+  flags.add("--calls", &o.calls, "steps per sample");
+  flags.add("--threads", &o.threads, "CPU threads (0: LibTorch's choice)");
+  flags.add("--json", &o.json, "write results as JSON to this file");
+  flags.add_switch("--graphs", &o.graphs, "CUDA: replay captured steps (dynamic stays eager)");
+  flags.parse(argc, argv);
+  if (o.threads > 0) at::set_num_threads(o.threads);
+  const at::Device device = parse_device(o.device);
+  const at::ScalarType dtype =
+      parse_dtype(o.dtype.empty() ? (device.is_cuda() ? "fp16" : "fp32") : o.dtype);
+  const bool graphs = o.graphs && device.is_cuda();
+  std::vector<int64_t> contexts;
+  if (o.contexts.empty()) {
+    for (int64_t c = 128; c < o.max_len; c *= 2) contexts.push_back(c);
+    contexts.push_back(o.max_len);
+  } else {
+    contexts = Flags::int_list("--contexts", o.contexts);
+  }
+  for (int64_t c : contexts) {
+    if (c < 2 || c > o.max_len) {
+      throw std::invalid_argument(
+          fmt::format("--contexts: expected lengths in [2, max_len={}] but got {}", o.max_len, c));
+    }
+  }
+
+  const auto opts = at::TensorOptions().dtype(dtype).device(device);
+  const auto long_opts = opts.dtype(at::kLong);
+  const int64_t L = o.layers;
+
+  // statickv (and hf-static): one cache holding positions [0, max_len - 1).
+  CacheConfig config;
+  config.num_layers = L;
+  config.num_kv_heads = o.kv_heads;
+  config.head_dim = o.head_dim;
+  config.max_batch = 1;
+  config.max_len = o.max_len;
+  config.dtype = dtype;
+  config.device = device;
+  StaticCache cache(config);
+  at::manual_seed(0);
+  {
+    Step fill = cache.prepare(at::arange(o.max_len - 1, long_opts), 1);
+    for (int64_t l = 0; l < L; ++l) {
+      const at::Tensor kv = at::randn({1, o.kv_heads, o.max_len - 1, o.head_dim}, opts);
+      cache.update(l, kv, kv, fill);
+    }
+  }
+  // ideal: per layer a contiguous [1, kv_heads, max_len, head_dim], same contents.
+  std::vector<at::Tensor> ideal_k, ideal_v;
+  for (int64_t l = 0; l < L; ++l) {
+    ideal_k.push_back(cache.keys(l).narrow(2, 0, o.max_len).clone());
+    ideal_v.push_back(cache.values(l).narrow(2, 0, o.max_len).clone());
+  }
+  const at::Tensor q = at::randn({1, o.heads, 1, o.head_dim}, opts);
+  const at::Tensor k = at::randn({1, o.kv_heads, 1, o.head_dim}, opts);
+  const at::Tensor v = at::randn({1, o.kv_heads, 1, o.head_dim}, opts);
+
+  auto ideal_step = [&](int64_t len) -> StepFn {
+    return [&, len](const at::Tensor& pos) {
+      at::Tensor out;
+      for (int64_t l = 0; l < L; ++l) {
+        ideal_k[l].index_copy_(2, pos, k);
+        ideal_v[l].index_copy_(2, pos, v);
+        out = at::scaled_dot_product_attention(q, ideal_k[l].narrow(2, 0, len),
+                                               ideal_v[l].narrow(2, 0, len), {}, 0.0, false,
+                                               std::nullopt, /*enable_gqa=*/true);
+      }
+      return out;
+    };
+  };
+  auto ideal_masked_step = [&](int64_t len) -> StepFn {
+    const at::Tensor mask = at::ones({1, 1, 1, len}, opts.dtype(at::kBool));
+    return [&, len, mask](const at::Tensor& pos) {
+      at::Tensor out;
+      for (int64_t l = 0; l < L; ++l) {
+        ideal_k[l].index_copy_(2, pos, k);
+        ideal_v[l].index_copy_(2, pos, v);
+        out = sdpa_attention(q, ideal_k[l].narrow(2, 0, len), ideal_v[l].narrow(2, 0, len), mask);
+      }
+      return out;
+    };
+  };
+  auto additive_step = [&](int64_t attend) -> StepFn {
+    return [&, attend](const at::Tensor& pos) {
+      Step step = cache.prepare(pos, 1, attend);
+      const at::Tensor mask = additive_mask(step.mask(0), dtype);  // one layer type: shared
+      at::Tensor out;
+      for (int64_t l = 0; l < L; ++l) {
+        KV kv = cache.update(l, k, v, step);
+        out = at::scaled_dot_product_attention(q, kv.keys, kv.values, mask, 0.0, false,
+                                               std::nullopt, /*enable_gqa=*/true);
+      }
+      return out;
+    };
+  };
+  auto cache_step = [&](int64_t attend) -> StepFn {
+    return [&, attend](const at::Tensor& pos) {
+      Step step = cache.prepare(pos, 1, attend);
+      at::Tensor out;
+      for (int64_t l = 0; l < L; ++l) {
+        KV kv = cache.update(l, k, v, step);
+        out = sdpa_attention(q, kv.keys, kv.values, step.mask(l));
+      }
+      return out;
+    };
+  };
+
+  fmt::print(
+      "statickv context length: {} layers, {} q / {} kv heads x {}, max_len {}, {} on {}{}\n", L,
+      o.heads, o.kv_heads, o.head_dim, o.max_len, dtype_name(dtype), device.str(),
+      graphs ? " (graph replays)" : "");
+  fmt::print("{} interleaved rounds x {} steps per variant and length, {} CPU threads\n\n",
+             o.rounds, o.calls, at::get_num_threads());
+  fmt::print("ratios to the ideal, median [p10, p90] of paired rounds\n");
+  fmt::print("{:>7} {:>9} {:>19} {:>19} {:>19} {:>19} {:>19}\n", "context", "ideal ms", "statickv",
+             "hf-static", "dynamic (cat)", "ideal+mask", "sk-additive");
+
+  Json rows = Json::array();
+  bool all_ok = true;
+  for (int64_t len : contexts) {
+    const at::Tensor pos = at::full({1}, len - 1, long_opts);
+    // dynamic: the past (len - 1 tokens) as its own contiguous tensors.
+    std::vector<at::Tensor> past_k, past_v;
+    for (int64_t l = 0; l < L; ++l) {
+      past_k.push_back(ideal_k[l].narrow(2, 0, len - 1).contiguous());
+      past_v.push_back(ideal_v[l].narrow(2, 0, len - 1).contiguous());
+    }
+    const StepFn dynamic_step = [&](const at::Tensor&) {
+      at::Tensor out;
+      for (int64_t l = 0; l < L; ++l) {
+        const at::Tensor kk = at::cat({past_k[l], k}, 2);
+        const at::Tensor vv = at::cat({past_v[l], v}, 2);
+        out = at::scaled_dot_product_attention(q, kk, vv, {}, 0.0, false, std::nullopt,
+                                               /*enable_gqa=*/true);
+      }
+      return out;
+    };
+    const std::vector<std::pair<std::string, StepFn>> steps = {
+        {"ideal", ideal_step(len)},
+        {"statickv", cache_step(len)},
+        {"hf-static", cache_step(o.max_len)},
+        {"dynamic", dynamic_step},
+        {"ideal+mask", ideal_masked_step(len)},
+        {"sk-additive", additive_step(len)}};
+
+    std::vector<std::unique_ptr<GraphRunner>> runners;
+    std::vector<Variant> variants;
+    for (const auto& [name, fn] : steps) {
+      if (graphs && name != "dynamic") {
+        GraphRunner::Options ro;
+        ro.device = device;
+        auto runner = std::make_unique<GraphRunner>(
+            // Padding (what capture warm-ups run on) is the step's own
+            // position: the ideal step's index_copy_ has no scratch slot.
+            std::vector<InputSpec>{{"position", at::kLong, {}, len - 1}},
+            [fn = fn](const std::vector<at::Tensor>& in, const GraphKey&) {
+              // [1, heads, 1, d] -> [1, 1, heads, d]: the runner's [batch, q, ...].
+              return std::vector<at::Tensor>{fn(in[0].view({-1})).transpose(1, 2)};
+            },
+            ro);
+        GraphRunner* r = runner.get();
+        const at::Tensor in = pos.view({1, 1});
+        variants.push_back({name, [r, in] { r->run({in}); }});
+        runners.push_back(std::move(runner));
+      } else {
+        variants.push_back({name, [fn = fn, &pos] { fn(pos); }});
+      }
+    }
+    const std::vector<Stats> stats = measure_interleaved(variants, device, o.rounds, o.calls, 2);
+    const Stats sk = paired_ratio(stats[1], stats[0]);
+    const Stats hf = paired_ratio(stats[2], stats[0]);
+    const Stats dyn = paired_ratio(stats[3], stats[0]);
+    const Stats masked = paired_ratio(stats[4], stats[0]);
+    const Stats additive = paired_ratio(stats[5], stats[0]);
+    const bool ok = sk.median <= 1.15;
+    all_ok = all_ok && ok;
+    auto cell = [](const Stats& r) {
+      return fmt::format("{:.2f} [{:.2f}, {:.2f}]", r.median, r.p10, r.p90);
+    };
+    fmt::print("{:>7} {:>9.3f} {:>19} {:>19} {:>19} {:>19} {:>19}{}\n", len, stats[0].median * 1e3,
+               cell(sk), cell(hf), cell(dyn), cell(masked), cell(additive),
+               ok ? "" : "  ABOVE TARGET");
+    Json row = Json::object({{"context", len}});
+    for (size_t i = 0; i < steps.size(); ++i) row[steps[i].first + "_s"] = to_json(stats[i]);
+    row["statickv_ratio"] = to_json(sk);
+    row["hf_static_ratio"] = to_json(hf);
+    row["dynamic_ratio"] = to_json(dyn);
+    row["ideal_mask_ratio"] = to_json(masked);
+    row["additive_ratio"] = to_json(additive);
+    rows.push_back(row);
+  }
+  fmt::print("\nstatickv <= 1.15x the ideal at every length: {}\n", all_ok ? "yes" : "NO");
+
+  write_json(o.json, Json::object({{"benchmark", "context_length"},
+                                   {"command", command_line(argc, argv)},
+                                   {"environment", environment(device)},
+                                   {"dtype", dtype_name(dtype)},
+                                   {"layers", L},
+                                   {"heads", o.heads},
+                                   {"kv_heads", o.kv_heads},
+                                   {"head_dim", o.head_dim},
+                                   {"max_len", o.max_len},
+                                   {"graphs", graphs},
+                                   {"rounds", o.rounds},
+                                   {"calls", o.calls},
+                                   {"rows", rows}}));
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "statickv_bench_context: %s\n", e.what());
+  return 2;
+}

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# The prepared GPU run: builds, runs the [cuda] tests and every CUDA
+# benchmark, and leaves the results under $OUT, in under 8 minutes.
+#
+# On the GPU machine (device tool), from the project root, after
+# `bash benchmarks/gpu/prep.sh --hf-wheels 3.10,3.11,3.12,3.13` here:
+# carry [".devdeps"], command
+#   bash benchmarks/gpu/run_gpu.sh            (timeout_s ~ 540)
+#
+# $OUT receives at most 8 files (the device tool's limit):
+#   run.log            everything printed, stage by stage, with timings
+#   build.log          configure + build output (.devdeps/gpu-build.sh)
+#   REPORT.md          benchmarks/report.py over the results
+#   gpu_results.tar.gz results/gpu/: every benchmark's JSON and log
+# Afterwards, on the CPU machine: tar xzf gpu_results.tar.gz, then
+# `python3 benchmarks/report.py results/gpu` draws the plots (gnuplot).
+#
+# Stages run in order, each under `timeout`, and a stage that would start
+# with too little of the budget left is skipped (and says so): build, [cuda]
+# tests, model decode (batch prefix, graphs, bandwidth), prompt lengths,
+# context length, write cost, attention-stack decode, memory (the short
+# ones), then the Hugging Face comparison with whatever is left (its
+# torch.compile parts stop at a deadline).
+#
+#   --dry-run   on a CPU machine: skip the build (use $STATICKV_BUILD_DIR or
+#               build-bench), run every stage on the CPU with tiny settings,
+#               OUT defaults to /tmp/statickv-gpu-out. Checks the plumbing.
+#   --budget S  total seconds (default 470)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+dry=0 budget=470
+while (($#)); do
+  case "$1" in
+    --dry-run) dry=1 ;;
+    --budget) budget=$2; shift ;;
+    *) echo "run_gpu.sh: unknown flag $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+start=$SECONDS
+if ((dry)); then
+  OUT=${OUT:-/tmp/statickv-gpu-out}
+  BUILD=${STATICKV_BUILD_DIR:-$ROOT/build-bench}
+  PY=${PY:-$ROOT/.venv/bin/python}
+  DEV=cpu
+else
+  BUILD=$ROOT/build-gpu
+  PY=${PY:-python3}
+  DEV=cuda
+fi
+: "${OUT:?OUT must name the folder results go to}"
+mkdir -p "$OUT"
+RES=$ROOT/results/gpu
+rm -rf "$RES" && mkdir -p "$RES"
+LOG=$OUT/run.log
+
+left() { echo $((budget - (SECONDS - start))); }
+# stage NAME NEED MAX COMMAND...: runs COMMAND under timeout min(MAX, left - 10)
+# when at least NEED seconds are left; its output goes to results/gpu/NAME.txt.
+stage() {
+  local name=$1 need=$2 max=$3; shift 3
+  local l; l=$(left)
+  if ((l < need)); then
+    echo "== $name: SKIPPED ($l s left, needs $need)"
+    return 0
+  fi
+  local t=$((l - 10 < max ? l - 10 : max))
+  echo "== $name (timeout ${t}s, $l s left): $*"
+  local t0=$SECONDS
+  timeout --kill-after=10 "$t" "$@" > "$RES/$name.txt" 2>&1
+  local rc=$?
+  tail -n 40 "$RES/$name.txt"
+  echo "== $name: exit $rc after $((SECONDS - t0)) s"
+  return 0
+}
+
+main() {
+echo "== statickv GPU run $(date -u +%FT%TZ), budget ${budget}s, dry-run $dry"
+git log -1 --format='commit %H %s' 2>/dev/null || true
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv 2>&1 | head -3
+"$PY" -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available() and torch.cuda.get_device_name(0))'
+command -v nvcc >/dev/null && nvcc --version | tail -1
+nproc
+
+if ((!dry)); then
+  echo "== build (.devdeps/gpu-build.sh)"
+  t0=$SECONDS
+  [ -x .devdeps/gpu-build.sh ] || { echo "no .devdeps/gpu-build.sh: run benchmarks/gpu/prep.sh and carry .devdeps"; return 1; }
+  export LD_LIBRARY_PATH="$ROOT/.devdeps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+  timeout 300 bash .devdeps/gpu-build.sh -DSTATICKV_BUILD_EXAMPLES=OFF > "$OUT/build.log" 2>&1
+  rc=$?
+  tail -n 25 "$OUT/build.log"
+  echo "== build: exit $rc after $((SECONDS - t0)) s"
+  # A failed build may still have built most targets; run what exists.
+fi
+B=$BUILD/benchmarks
+have() { [ -x "$1" ] || { echo "== missing $1 (not built)"; return 1; }; }
+
+if ((!dry)); then
+  have "$BUILD/tests/statickv_cuda_tests" &&
+    stage cuda_tests 30 150 "$BUILD/tests/statickv_cuda_tests" "[cuda]" --durations yes
+fi
+
+if ((dry)); then
+  model=(--shape tiny --dtype fp32 --context 64 --max-len 128 --rounds 3 --calls 2)
+  prompts=(--shape tiny --max-len 64 --prompts 8 --reps 1)
+  context=(--max-len 512 --rounds 3 --calls 2)
+  hfargs=(--shapes tiny --prompt-len 16 --new-tokens 8 --rounds 2)
+  write=(--rounds 3 --calls 5)
+  decode=(--rounds 3 --calls 2)
+else
+  model=(--shape llama-3.2-1b --dtype bf16 --context 1024 --max-len 2048 --rounds 20 --calls 10)
+  prompts=(--shape llama-3.2-1b --dtype bf16 --max-len 2048 --prompts 64 --reps 2)
+  context=(--graphs --dtype fp16 --max-len 8192 --rounds 20 --calls 10)
+  hfargs=(--shapes llama-3.2-1b --prompt-len 128 --new-tokens 64 --rounds 3 --new-lengths 37,300,1000)
+  write=(--rounds 20 --calls 50)
+  decode=(--rounds 30 --calls 10)
+fi
+have "$B/statickv_bench_model" &&
+  stage model_decode 60 120 "$B/statickv_bench_model" --device "$DEV" "${model[@]}" --json "$RES/model_decode.json"
+have "$B/statickv_bench_prompts" &&
+  stage prompt_lengths 60 120 "$B/statickv_bench_prompts" --device "$DEV" "${prompts[@]}" --json "$RES/prompt_lengths.json"
+have "$B/statickv_bench_context" &&
+  stage context_length 30 60 "$B/statickv_bench_context" --device "$DEV" "${context[@]}" --json "$RES/context_length.json"
+
+have "$B/statickv_bench_write" &&
+  stage write_cost 20 40 "$B/statickv_bench_write" --device "$DEV" "${write[@]}" --json "$RES/write_cost.json"
+have "$B/statickv_bench_decode" &&
+  stage decode_step 20 40 "$B/statickv_bench_decode" --device "$DEV" "${decode[@]}" --json "$RES/decode_step.json"
+have "$B/statickv_bench_memory" &&
+  stage memory 5 20 "$B/statickv_bench_memory" --json "$RES/memory.json"
+
+# Hugging Face: transformers from the machine's Python, else from the wheels
+# prep.sh --hf-wheels carried (installed into a private folder).
+if ! "$PY" -c 'import transformers' 2>/dev/null && ls .devdeps/wheels/transformers-*.whl >/dev/null 2>&1; then
+  echo "== installing transformers from .devdeps/wheels"
+  pkgs=$(ls .devdeps/wheels | sed -E 's/-[0-9].*//' | sort -u | tr '\n' ' ')
+  # shellcheck disable=SC2086  # one package name per word
+  "$PY" -m pip install -q --no-index --no-deps --find-links .devdeps/wheels \
+    --target /tmp/statickv-hf-py $pkgs && export PYTHONPATH="/tmp/statickv-hf-py:${PYTHONPATH:-}"
+fi
+if "$PY" -c 'import transformers' 2>/dev/null && have "$B/statickv_bench_serve"; then
+  # Its optional parts (torch.compile, new lengths) start only before a
+  # deadline a minute short of the stage's timeout; results are saved after
+  # every part, so a kill at the timeout keeps what finished.
+  l=$(left)
+  t=$((l - 10 < 240 ? l - 10 : 240))
+  stage hf_compare 90 240 "$PY" benchmarks/hf_compare.py --exe "$B/statickv_bench_serve" \
+    --device "$DEV" "${hfargs[@]}" --deadline-s $((t > 80 ? t - 60 : 20)) \
+    --workdir /tmp/statickv-hf --json "$RES/hf_compare.json"
+else
+  echo "== hf_compare: SKIPPED (no transformers for $PY: run prep.sh --hf-wheels <python version>)"
+fi
+
+"$PY" benchmarks/report.py "$RES" --title "statickv on $DEV ($(date -u +%F))" &&
+  cp "$RES/REPORT.md" "$OUT/REPORT.md"
+tar -C "$ROOT/results" -czf "$OUT/gpu_results.tar.gz" gpu
+echo "== done in $((SECONDS - start)) s; $OUT: $(ls "$OUT" | tr '\n' ' ')"
+}
+
+main 2>&1 | tee "$LOG"

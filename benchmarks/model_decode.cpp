@@ -1,0 +1,238 @@
+// Reference-model decode step: batch-prefix cost, eager vs CUDA graphs,
+// tokens/s and achieved memory bandwidth.
+//
+// Variants, measured interleaved in one process (same model, same context):
+//   16/1   a cache of max_batch 16 serving live batch 1 (batch-prefix views)
+//   1/1    a cache of max_batch 1 (the exact-size baseline)
+//   16/16  the max_batch 16 cache serving all 16 rows
+// each eager and, on CUDA, replayed from a CUDA graph (GraphRunner). Prints
+// the batch-prefix ratio 16/1 : 1/1 (target <= 1.03), graph speed-ups, and
+// the bandwidth a step achieves: (weight bytes + KV bytes read per step) /
+// step time, against a device copy measured in the same process.
+//
+//   statickv_bench_model [--device D] [--shape S] [--dtype T] [--context N] ...
+
+#include "bench_model.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <memory>
+
+using namespace statickv;
+using namespace statickv::bench;
+
+namespace {
+
+struct Options {
+  std::string device = "auto", shape = "llama-3.2-1b", dtype, json;
+  int64_t context = 1024, max_len = 2048, max_batch = 16;
+  int rounds = 15, calls = 2, threads = 0;
+  bool no_graphs = false, no_full_batch = false;
+};
+
+// Bytes per second of a device copy (read + write), the best of a few runs.
+double copy_bandwidth(const at::Device& device) {
+  const int64_t bytes = device.is_cuda() ? (int64_t{1} << 31) : (int64_t{1} << 28);
+  const auto opts = at::TensorOptions().dtype(at::kByte).device(device);
+  at::Tensor src = at::ones({bytes}, opts);
+  at::Tensor dst = at::empty({bytes}, opts);
+  dst.copy_(src);
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    sync(device);
+    const auto start = Clock::now();
+    const int reps = device.is_cuda() ? 10 : 2;
+    for (int r = 0; r < reps; ++r) dst.copy_(src);
+    const double took = seconds_since(start, device);
+    best = std::max(best, 2.0 * static_cast<double>(bytes) * reps / took);
+  }
+  return best;
+}
+
+// One cache and the decode step over it, eager or through a GraphRunner.
+struct Subject {
+  std::unique_ptr<StaticCache> cache;
+  std::unique_ptr<reference::CacheBackend> backend;
+  std::unique_ptr<GraphRunner> runner;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  Options o;
+  Flags flags("statickv_bench_model",
+              "reference-model decode step: batch prefix, eager vs graphs, bandwidth");
+  flags.add("--device", &o.device, "auto, cpu or cuda");
+  flags.add("--shape", &o.shape, "model shape: tiny, small, llama-3.2-1b, llama-3.1-8b");
+  flags.add("--dtype", &o.dtype, "fp32, fp16 or bf16 (default: fp32 on cpu, bf16 on cuda)");
+  flags.add("--context", &o.context, "tokens cached before the step");
+  flags.add("--max-len", &o.max_len, "cache capacity");
+  flags.add("--max-batch", &o.max_batch, "rows of the large cache");
+  flags.add("--rounds", &o.rounds, "interleaved samples per variant");
+  flags.add("--calls", &o.calls, "steps per sample");
+  flags.add("--threads", &o.threads, "CPU threads (0: LibTorch's choice)");
+  flags.add("--json", &o.json, "write results as JSON to this file");
+  flags.add_switch("--no-graphs", &o.no_graphs, "CUDA: eager variants only");
+  flags.add_switch("--no-full-batch", &o.no_full_batch, "skip the 16/16 variants");
+  flags.parse(argc, argv);
+  if (o.threads > 0) at::set_num_threads(o.threads);
+  if (o.context < 1 || o.context >= o.max_len) {
+    throw std::invalid_argument(
+        fmt::format("--context: expected [1, max_len={}) but got {}", o.max_len, o.context));
+  }
+  const at::Device device = parse_device(o.device);
+  const at::ScalarType dtype =
+      parse_dtype(o.dtype.empty() ? (device.is_cuda() ? "bf16" : "fp32") : o.dtype);
+  const bool graphs = device.is_cuda() && !o.no_graphs;
+
+  const auto load_start = Clock::now();
+  auto model = random_model(o.shape, dtype, device);
+  const reference::ModelConfig& mc = model->config();
+  fmt::print(
+      "statickv model decode: {} ({} layers, hidden {}, {} q / {} kv heads x {}), {} on {}\n",
+      o.shape, mc.num_hidden_layers, mc.hidden_size, mc.num_attention_heads, mc.num_key_value_heads,
+      mc.head_dim, dtype_name(dtype), device.str());
+  fmt::print("context {}, max_len {}, {} CPU threads; model built in {:.1f} s\n", o.context,
+             o.max_len, at::get_num_threads(), seconds_since(load_start, device));
+
+  const int64_t attend = o.context + 1;  // the step writes position `context`
+  auto make = [&](int64_t max_batch) {
+    Subject s;
+    s.cache = std::make_unique<StaticCache>(model->cache_config(max_batch, o.max_len));
+    fill_cache(*s.cache, max_batch, o.context);
+    s.backend = std::make_unique<reference::CacheBackend>(*s.cache);
+    if (graphs) {
+      GraphRunner::Options ro;
+      ro.device = device;
+      ro.batch_buckets = ShapeBuckets::powers_of_two(max_batch);
+      ro.attend_buckets = ShapeBuckets::of({attend});
+      reference::CacheBackend* backend = s.backend.get();
+      const reference::LlamaModel* m = model.get();
+      s.runner = std::make_unique<GraphRunner>(
+          std::vector<InputSpec>{{"ids", at::kLong, {}, 0}, {"positions", at::kLong, {}, -1}},
+          [m, backend](const std::vector<at::Tensor>& in, const GraphKey& key) {
+            return std::vector<at::Tensor>{m->forward(in[0], in[1], *backend, key.attend_len)};
+          },
+          ro);
+    }
+    return s;
+  };
+  Subject large = make(o.max_batch);
+  Subject small = make(1);
+
+  const auto long_opts = at::TensorOptions().dtype(at::kLong).device(device);
+  struct Input {
+    at::Tensor ids, pos;
+  };
+  auto input = [&](int64_t b) {
+    return Input{at::randint(0, mc.vocab_size, {b, 1}, long_opts),
+                 at::full({b, 1}, o.context, long_opts)};
+  };
+  const Input one = input(1), all = input(o.max_batch);
+
+  struct Row {
+    std::string name;
+    int64_t batch;
+    bool graph;
+  };
+  std::vector<Variant> variants;
+  std::vector<Row> rows;
+  auto add = [&](const std::string& name, Subject& s, const Input& in, bool graph) {
+    const int64_t b = in.ids.size(0);
+    rows.push_back({name, b, graph});
+    if (graph) {
+      variants.push_back({name, [s = &s, in = &in, attend] {
+                            s->runner->run({in->ids, in->pos}, attend);
+                          }});
+    } else {
+      variants.push_back({name, [s = &s, in = &in, m = model.get(), attend] {
+                            m->forward(in->ids, in->pos, *s->backend, attend);
+                          }});
+    }
+  };
+  const std::string big = std::to_string(o.max_batch);
+  add(big + "/1 eager", large, one, false);
+  add("1/1 eager", small, one, false);
+  if (!o.no_full_batch) add(big + "/" + big + " eager", large, all, false);
+  if (graphs) {
+    add(big + "/1 graph", large, one, true);
+    add("1/1 graph", small, one, true);
+    if (!o.no_full_batch) add(big + "/" + big + " graph", large, all, true);
+  }
+
+  fmt::print("{} interleaved rounds x {} steps per variant\n", o.rounds, o.calls);
+  const std::vector<Stats> stats = measure_interleaved(variants, device, o.rounds, o.calls, 2);
+  const double copy_bw = copy_bandwidth(device);
+
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(dtype));
+  auto kv_bytes = [&](int64_t b) {
+    return 2 * mc.num_hidden_layers * b * mc.num_key_value_heads * attend * mc.head_dim * elem;
+  };
+  Json json_rows = Json::array();
+  fmt::print("\n{:<18} {:>10} {:>10} {:>10} {:>11} {:>9} {:>8}\n", "cache/live mode", "median ms",
+             "p10 ms", "p90 ms", "tokens/s", "GB/s", "of copy");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Stats& s = stats[i];
+    const double bytes = static_cast<double>(weight_bytes_per_step(mc, dtype, rows[i].batch) +
+                                             kv_bytes(rows[i].batch));
+    const double bw = bytes / s.median;
+    fmt::print("{:<18} {:>10.3f} {:>10.3f} {:>10.3f} {:>11.1f} {:>9.1f} {:>7.1f}%\n", rows[i].name,
+               s.median * 1e3, s.p10 * 1e3, s.p90 * 1e3,
+               static_cast<double>(rows[i].batch) / s.median, bw / 1e9, 100.0 * bw / copy_bw);
+    json_rows.push_back(
+        Json::object({{"name", rows[i].name},
+                      {"batch", rows[i].batch},
+                      {"graph", rows[i].graph},
+                      {"step_s", to_json(s)},
+                      {"tokens_per_s", static_cast<double>(rows[i].batch) / s.median},
+                      {"bytes_per_step", bytes},
+                      {"bandwidth_Bps", bw},
+                      {"fraction_of_copy", bw / copy_bw}}));
+  }
+  fmt::print("\ndevice copy bandwidth (read + write): {:.1f} GB/s\n", copy_bw / 1e9);
+
+  Json ratios;
+  const Stats prefix = paired_ratio(stats[0], stats[1]);
+  fmt::print("batch-prefix ratio {}/1 : 1/1, eager (target <= 1.03): {}  {}\n", big,
+             ratio_text(prefix), prefix.median <= 1.03 ? "ok" : "ABOVE TARGET");
+  ratios["batch_prefix_eager"] = to_json(prefix);
+  if (graphs) {
+    const size_t g = o.no_full_batch ? 2 : 3;  // first graph variant
+    const Stats gprefix = paired_ratio(stats[g], stats[g + 1]);
+    fmt::print("batch-prefix ratio {}/1 : 1/1, graph (target <= 1.03): {}  {}\n", big,
+               ratio_text(gprefix), gprefix.median <= 1.03 ? "ok" : "ABOVE TARGET");
+    const Stats speedup1 = paired_ratio(stats[0], stats[g]);
+    fmt::print("graph speed-up, batch 1 (eager / graph):   {}\n", ratio_text(speedup1));
+    ratios["batch_prefix_graph"] = to_json(gprefix);
+    ratios["graph_speedup_b1"] = to_json(speedup1);
+    if (!o.no_full_batch) {
+      const Stats speedup16 = paired_ratio(stats[2], stats[g + 2]);
+      fmt::print("graph speed-up, batch {} (eager / graph):  {}\n", big, ratio_text(speedup16));
+      ratios["graph_speedup_full_batch"] = to_json(speedup16);
+    }
+    const double frac =
+        (static_cast<double>(weight_bytes_per_step(mc, dtype, 1) + kv_bytes(1)) / stats[g].median) /
+        copy_bw;
+    fmt::print("bandwidth at batch 1 with graphs: {:.1f}% of copy (target >= 70%)  {}\n",
+               100.0 * frac, frac >= 0.70 ? "ok" : "BELOW TARGET");
+  }
+
+  write_json(o.json, Json::object({{"benchmark", "model_decode"},
+                                   {"command", command_line(argc, argv)},
+                                   {"environment", environment(device)},
+                                   {"shape", o.shape},
+                                   {"dtype", dtype_name(dtype)},
+                                   {"context", o.context},
+                                   {"max_len", o.max_len},
+                                   {"max_batch", o.max_batch},
+                                   {"rounds", o.rounds},
+                                   {"calls", o.calls},
+                                   {"copy_bandwidth_Bps", copy_bw},
+                                   {"variants", json_rows},
+                                   {"ratios", ratios}}));
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "statickv_bench_model: %s\n", e.what());
+  return 2;
+}

@@ -1,0 +1,199 @@
+// New prompt lengths (Hugging Face transformers issue 29151): serve N random
+// prompt lengths in [1, max_len] (prefill + first token, one row) through
+//   bucketed    a GraphRunner with power-of-two buckets (query and attended
+//               length): one capture per bucket, padded compute
+//   per-length  a GraphRunner with a bucket for every length: one capture per
+//               new length, exact compute
+//   eager       plain forward passes at the exact shapes
+// Each repetition starts every mode from a fresh Session (so captures are
+// counted), serves the N prompts once ("first pass": captures included),
+// then again ("second pass": replays only, the compute). Modes are
+// interleaved in rotating order; medians over repetitions.
+// Reported: captures, total time of each pass, padded-token fraction, and
+// ratios: first pass per-length / bucketed (target on CUDA >= 10x) and
+// second pass bucketed / per-length, the padded compute (target <= 1.5x).
+// On the CPU no graph is captured: both runners run the same padded steps
+// eagerly, so the CPU numbers measure padding cost only.
+//
+//   statickv_bench_prompts [--device D] [--shape S] [--max-len N] [--prompts N] ...
+
+#include "bench_model.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <random>
+
+using namespace statickv;
+using namespace statickv::bench;
+
+namespace {
+
+struct Options {
+  std::string device = "auto", shape, dtype, json;
+  int64_t max_len = 0, prompts = 64, seed = 0;
+  int reps = 3, threads = 0;
+};
+
+struct PassTimes {
+  std::vector<double> first, second;  // per repetition, seconds
+  Json stats;                         // runner statistics of the last repetition
+  int64_t captures = 0, keys = 0;
+  double padded_fraction = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  Options o;
+  Flags flags("statickv_bench_prompts",
+              "new prompt lengths: bucketed graphs vs capture per length vs eager");
+  flags.add("--device", &o.device, "auto, cpu or cuda");
+  flags.add("--shape", &o.shape, "model shape (default: small on cpu, llama-3.2-1b on cuda)");
+  flags.add("--dtype", &o.dtype, "fp32, fp16 or bf16 (default fp32 on cpu, bf16 on cuda)");
+  flags.add("--max-len", &o.max_len,
+            "longest prompt and cache capacity (default 256 cpu, 2048 cuda)");
+  flags.add("--prompts", &o.prompts, "random prompt lengths served per pass");
+  flags.add("--reps", &o.reps, "repetitions (fresh sessions each)");
+  flags.add("--seed", &o.seed, "seed of lengths, ids and weights");
+  flags.add("--threads", &o.threads, "CPU threads (0: LibTorch's choice)");
+  flags.add("--json", &o.json, "write results as JSON to this file");
+  flags.parse(argc, argv);
+  if (o.threads > 0) at::set_num_threads(o.threads);
+  const at::Device device = parse_device(o.device);
+  const bool cuda = device.is_cuda();
+  const std::string shape = o.shape.empty() ? (cuda ? "llama-3.2-1b" : "small") : o.shape;
+  const at::ScalarType dtype = parse_dtype(o.dtype.empty() ? (cuda ? "bf16" : "fp32") : o.dtype);
+  const int64_t max_len = o.max_len > 0 ? o.max_len : (cuda ? 2048 : 256);
+
+  auto model = random_model(shape, dtype, device, static_cast<uint64_t>(o.seed));
+  const int64_t vocab = model->config().vocab_size;
+  std::mt19937_64 rng(static_cast<uint64_t>(o.seed) + 1);
+  std::uniform_int_distribution<int64_t> length_of(1, max_len - 1);  // one token to generate
+  std::uniform_int_distribution<int64_t> id_of(0, vocab - 1);
+  std::vector<std::vector<int64_t>> prompts;
+  for (int64_t i = 0; i < o.prompts; ++i) {
+    std::vector<int64_t> prompt(static_cast<size_t>(length_of(rng)));
+    for (auto& id : prompt) id = id_of(rng);
+    prompts.push_back(std::move(prompt));
+  }
+  int64_t tokens = 0;
+  std::vector<int64_t> distinct;
+  for (const auto& p : prompts) {
+    tokens += static_cast<int64_t>(p.size());
+    distinct.push_back(static_cast<int64_t>(p.size()));
+  }
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+
+  fmt::print("statickv prompt lengths: {} ({} layers, hidden {}), {} on {}\n", shape,
+             model->config().num_hidden_layers, model->config().hidden_size, dtype_name(dtype),
+             device.str());
+  fmt::print(
+      "{} prompts, lengths in [1, {}) ({} distinct, {} tokens), {} repetitions, {} CPU "
+      "threads{}\n",
+      o.prompts, max_len, distinct.size(), tokens, o.reps, at::get_num_threads(),
+      cuda ? "" : "; CPU: runners run their padded steps eagerly (no capture)");
+
+  const std::vector<ServeMode> modes = {ServeMode::kBucketed, ServeMode::kPerLength,
+                                        ServeMode::kEager};
+  auto run_mode = [&](ServeMode mode, PassTimes* out) {
+    Session::Options so;
+    so.mode = mode;
+    so.max_len = max_len;
+    Session session(*model, so);
+    std::vector<int64_t> first_tokens;
+    auto pass = [&] {
+      const auto start = Clock::now();
+      for (const auto& p : prompts) first_tokens.push_back(session.serve(p, 1).tokens[0]);
+      return seconds_since(start, device);
+    };
+    const double first = pass();
+    const double second = pass();
+    if (out == nullptr) return first_tokens;
+    out->first.push_back(first);
+    out->second.push_back(second);
+    const RunnerStats stats = session.prefill_stats();
+    out->stats = to_json(stats);
+    out->captures = stats.captures;
+    out->keys = static_cast<int64_t>(stats.keys.size());
+    int64_t real = 0, padded = 0;
+    for (const KeyStats& k : stats.keys) {
+      real += k.real_tokens;
+      padded += k.padded_tokens;
+    }
+    out->padded_fraction =
+        real + padded > 0 ? static_cast<double>(padded) / static_cast<double>(real + padded) : 0.0;
+    return first_tokens;
+  };
+
+  // Warm-up (thread pools, allocator, kernel selection): one untimed
+  // session per mode on a few prompts.
+  {
+    const auto all = prompts;
+    prompts.resize(std::min<size_t>(prompts.size(), 4));
+    for (ServeMode m : modes) run_mode(m, nullptr);
+    prompts = all;
+  }
+  std::vector<PassTimes> times(modes.size());
+  std::vector<std::vector<int64_t>> tokens_of(modes.size());
+  for (int r = 0; r < o.reps; ++r) {
+    for (size_t j = 0; j < modes.size(); ++j) {
+      const size_t i = (j + static_cast<size_t>(r)) % modes.size();
+      tokens_of[i] = run_mode(modes[i], &times[i]);
+    }
+  }
+  const bool same_tokens = tokens_of[0] == tokens_of[1] && tokens_of[1] == tokens_of[2];
+
+  fmt::print("\n{:<12} {:>9} {:>6} {:>16} {:>26} {:>26}\n", "mode", "captures", "keys",
+             "padded tokens", "first pass s [p10, p90]", "second pass s [p10, p90]");
+  Json rows = Json::array();
+  std::vector<Stats> first(modes.size()), second(modes.size());
+  for (size_t i = 0; i < modes.size(); ++i) {
+    first[i] = summarize_keep(times[i].first);
+    second[i] = summarize_keep(times[i].second);
+    fmt::print(
+        "{:<12} {:>9} {:>6} {:>15.1f}% {:>26} {:>26}\n", to_string(modes[i]), times[i].captures,
+        times[i].keys, 100.0 * times[i].padded_fraction,
+        fmt::format("{:.3f} [{:.3f}, {:.3f}]", first[i].median, first[i].p10, first[i].p90),
+        fmt::format("{:.3f} [{:.3f}, {:.3f}]", second[i].median, second[i].p10, second[i].p90));
+    rows.push_back(Json::object({{"mode", to_string(modes[i])},
+                                 {"captures", times[i].captures},
+                                 {"keys", times[i].keys},
+                                 {"padded_fraction", times[i].padded_fraction},
+                                 {"first_pass_s", to_json(first[i])},
+                                 {"second_pass_s", to_json(second[i])},
+                                 {"runner", times[i].stats}}));
+  }
+  const Stats cold = paired_ratio(first[1], first[0]);
+  const Stats padded = paired_ratio(second[0], second[1]);
+  const Stats vs_eager = paired_ratio(second[0], second[2]);
+  fmt::print("\nfirst pass, per-length / bucketed (CUDA target >= 10x): {}\n", ratio_text(cold));
+  fmt::print("second pass, bucketed / per-length (padded compute, target <= 1.5x): {}  {}\n",
+             ratio_text(padded), padded.median <= 1.5 ? "ok" : "ABOVE TARGET");
+  fmt::print("second pass, bucketed / eager: {}\n", ratio_text(vs_eager));
+  fmt::print("first tokens identical across modes: {}\n", same_tokens ? "yes" : "NO");
+
+  write_json(o.json,
+             Json::object({{"benchmark", "prompt_lengths"},
+                           {"command", command_line(argc, argv)},
+                           {"environment", environment(device)},
+                           {"shape", shape},
+                           {"dtype", dtype_name(dtype)},
+                           {"max_len", max_len},
+                           {"prompts", o.prompts},
+                           {"distinct_lengths", distinct.size()},
+                           {"prompt_tokens", tokens},
+                           {"reps", o.reps},
+                           {"graphs", cuda},
+                           {"modes", rows},
+                           {"ratios",
+                            Json::object({{"first_pass_per_length_over_bucketed", to_json(cold)},
+                                          {"second_pass_bucketed_over_per_length", to_json(padded)},
+                                          {"second_pass_bucketed_over_eager", to_json(vs_eager)}})},
+                           {"same_first_tokens", same_tokens}}));
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "statickv_bench_prompts: %s\n", e.what());
+  return 2;
+}

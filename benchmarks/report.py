@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""Turns the benchmarks' JSON into a markdown report with gnuplot plots.
+
+usage: report.py [RESULTS_DIR] [--title TEXT] [--plots-only]
+
+Reads whichever of these RESULTS_DIR holds (scripts/demo.sh writes them):
+  decode_step.json  model_decode.json  prompt_lengths.json  context_length.json
+  write_cost.json   memory.json        hf_compare.json
+and writes RESULTS_DIR/REPORT.md: one section per benchmark with its table,
+the command that produced it, the machine, LibTorch version and date, and the
+plots (RESULTS_DIR/*.png, drawn with gnuplot when it is installed: Debian's
+gnuplot-nox). Standard library only.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+
+def load(results, name):
+    path = results / f"{name}.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        print(f"report: skipping {path}: {error}", file=sys.stderr)
+        return None
+
+
+def rt(s, digits=3):
+    """A {median, p10, p90} ratio as text."""
+    if not s:
+        return "-"
+    return f"{s['median']:.{digits}f} [{s['p10']:.{digits}f}, {s['p90']:.{digits}f}]"
+
+
+def ms(s, scale=1e3, digits=3):
+    if not s:
+        return "-"
+    return f"{s['median'] * scale:.{digits}f}"
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def provenance(data):
+    env = data.get("environment", {})
+    where = env.get("gpu") or env.get("device", "?")
+    cpu = env.get("cpu", "?")
+    return (f"Command: `{data.get('command', '?')}`  \n"
+            f"Machine: {where} ({cpu}, {env.get('cpu_threads', '?')} CPU threads); "
+            f"LibTorch {env.get('libtorch', '?')}; {env.get('date', '?')}.")
+
+
+class Plotter:
+    """gnuplot, when installed; every plot is optional."""
+
+    def __init__(self, results):
+        self.results = results
+        self.gnuplot = shutil.which("gnuplot")
+
+    def plot(self, name, data_text, script):
+        if not self.gnuplot:
+            return None
+        data = self.results / f"{name}.dat"
+        data.write_text(data_text)
+        png = self.results / f"{name}.png"
+        header = (f"set terminal pngcairo size 800,480 font 'Sans,11' noenhanced\n"
+                  f"set output '{png}'\nset grid\nset key inside top right\n")
+        run = subprocess.run([self.gnuplot], input=header + script.replace("DATA", str(data)),
+                             text=True, capture_output=True)
+        data.unlink(missing_ok=True)
+        if run.returncode != 0 or not png.exists():
+            print(f"report: gnuplot failed for {name}: {run.stderr.strip()}", file=sys.stderr)
+            return None
+        return png.name
+
+
+def decode_step(d, plots):
+    v = d["variants"]
+    rows = [[x["name"], ms(x["step_s"]), f"{x['step_s']['p10'] * 1e3:.3f}",
+             f"{x['step_s']['p90'] * 1e3:.3f}"] for x in v]
+    return "\n\n".join([
+        f"Attention stack only (cache write + attention, {d['layers']} layers, {d['heads']} q / "
+        f"{d['kv_heads']} kv heads x {d['head_dim']}), context {d['context']} of max_len "
+        f"{d['max_len']}, {d['dtype']}.",
+        table(["variant", "median ms/step", "p10", "p90"], rows),
+        f"Batch-prefix ratio A/B (target <= 1.03): **{rt(d['batch_prefix_ratio'])}**; "
+        f"attending max_len instead of the length, C/B: **{rt(d['full_len_ratio'])}**.",
+    ])
+
+
+def model_decode(d, plots):
+    rows = []
+    for x in d["variants"]:
+        rows.append([x["name"], ms(x["step_s"]), f"{x['step_s']['p10'] * 1e3:.3f}",
+                     f"{x['step_s']['p90'] * 1e3:.3f}", f"{x['tokens_per_s']:.1f}",
+                     f"{x['bandwidth_Bps'] / 1e9:.1f}", f"{100 * x['fraction_of_copy']:.1f}%"])
+    r = d["ratios"]
+    lines = [f"Batch-prefix ratio, eager (target <= 1.03): **{rt(r.get('batch_prefix_eager'))}**"]
+    if "batch_prefix_graph" in r:
+        lines.append(f"Batch-prefix ratio, graph (target <= 1.03): **{rt(r['batch_prefix_graph'])}**")
+        lines.append(f"Graph speed-up at batch 1 (eager / graph): {rt(r.get('graph_speedup_b1'))}")
+        if "graph_speedup_full_batch" in r:
+            lines.append(f"Graph speed-up at batch {d['max_batch']}: "
+                         f"{rt(r['graph_speedup_full_batch'])}")
+    data = "".join(f"\"{x['name']}\" {x['tokens_per_s']:.3f}\n" for x in d["variants"])
+    png = plots.plot("model_decode", data, (
+        "set style fill solid 0.6\nset boxwidth 0.6\nset ylabel 'tokens/s'\nset key off\n"
+        "set yrange [0:*]\n"
+        f"set title 'decode tokens/s, {d['shape']} {d['dtype']} on {d['environment']['device']}'\n"
+        "set xtics rotate by -20\nplot 'DATA' using 0:2:xtic(1) with boxes\n"))
+    out = [
+        f"Reference decoder `{d['shape']}` ({d['dtype']}), one decode step at context "
+        f"{d['context']}, max_len {d['max_len']}. Variant = cache max_batch / live batch, "
+        f"eager or CUDA-graph replay. Bandwidth = (weights + KV read per step) / step time; device "
+        f"copy bandwidth measured in the same process: "
+        f"{d['copy_bandwidth_Bps'] / 1e9:.1f} GB/s.",
+        table(["variant", "median ms/step", "p10", "p90", "tokens/s", "GB/s", "of copy bw"], rows),
+        "  \n".join(lines),
+    ]
+    if png:
+        out.append(f"![decode tokens/s]({png})")
+    return "\n\n".join(out)
+
+
+def prompt_lengths(d, plots):
+    rows = []
+    for m in d["modes"]:
+        rows.append([m["mode"], m["captures"], m["keys"], f"{100 * m['padded_fraction']:.1f}%",
+                     f"{m['first_pass_s']['median']:.3f} [{m['first_pass_s']['p10']:.3f}, "
+                     f"{m['first_pass_s']['p90']:.3f}]",
+                     f"{m['second_pass_s']['median']:.3f} [{m['second_pass_s']['p10']:.3f}, "
+                     f"{m['second_pass_s']['p90']:.3f}]"])
+    r = d["ratios"]
+    data = "".join(f"{m['mode']} {m['first_pass_s']['median']:.6f} "
+                   f"{m['second_pass_s']['median']:.6f}\n" for m in d["modes"])
+    png = plots.plot("prompt_lengths", data, (
+        "set style data histograms\nset style histogram clustered gap 1\n"
+        "set style fill solid 0.6\nset ylabel 'seconds for all prompts'\nset yrange [0:*]\n"
+        f"set title '{d['prompts']} new prompt lengths, {d['shape']} on "
+        f"{d['environment']['device']}'\n"
+        "plot 'DATA' using 2:xtic(1) title 'first pass (captures included)', "
+        "'' using 3 title 'second pass (replays)'\n"))
+    out = [
+        f"`{d['shape']}` ({d['dtype']}), {d['prompts']} random prompt lengths in [1, "
+        f"{d['max_len']}) ({d['distinct_lengths']} distinct, {d['prompt_tokens']} tokens), "
+        f"prefill + first token each; {d['reps']} repetitions, each from fresh sessions. "
+        + ("CUDA graphs captured per key." if d.get("graphs") else
+           "On the CPU nothing is captured: both runners run their padded steps eagerly."),
+        table(["mode", "captures", "keys", "padded tokens", "first pass s [p10, p90]",
+               "second pass s [p10, p90]"], rows),
+        f"First pass, per-length / bucketed (CUDA target >= 10x): "
+        f"**{rt(r['first_pass_per_length_over_bucketed'])}**  \n"
+        f"Second pass, bucketed / per-length (padded compute, target <= 1.5x): "
+        f"**{rt(r['second_pass_bucketed_over_per_length'])}**  \n"
+        f"Second pass, bucketed / eager: {rt(r['second_pass_bucketed_over_eager'])}  \n"
+        f"First tokens identical across modes: {'yes' if d.get('same_first_tokens') else 'no'}",
+    ]
+    if png:
+        out.append(f"![prompt lengths]({png})")
+    return "\n\n".join(out)
+
+
+def context_length(d, plots):
+    rows = []
+    for x in d["rows"]:
+        rows.append([x["context"], ms(x["ideal_s"]), rt(x["statickv_ratio"], 2),
+                     rt(x["hf_static_ratio"], 2), rt(x["dynamic_ratio"], 2),
+                     rt(x.get("ideal_mask_ratio"), 2), rt(x.get("additive_ratio"), 2)])
+    ok = all(x["statickv_ratio"]["median"] <= 1.15 for x in d["rows"])
+    data = "".join(f"{x['context']} {x['statickv_ratio']['median']} "
+                   f"{x['hf_static_ratio']['median']} {x['dynamic_ratio']['median']}\n"
+                   for x in d["rows"])
+    png = plots.plot("context_length", data, (
+        "set logscale x 2\nset logscale y 2\nset xlabel 'context length (tokens)'\n"
+        "set ylabel 'step time / exact-length ideal'\n"
+        f"set title 'decode step vs context, {d['layers']} layers, {d['dtype']} on "
+        f"{d['environment']['device']}'\n"
+        "plot 'DATA' using 1:2 with linespoints lw 2 title 'statickv (attend_len = length)', "
+        "'' using 1:3 with linespoints lw 2 title 'HF-style static (attends max_len)', "
+        "'' using 1:4 with linespoints lw 2 title 'dynamic (torch::cat)', "
+        "1.15 with lines dt 2 lc rgb 'gray' title 'target 1.15'\n"))
+    out = [
+        f"Attention stack ({d['layers']} layers, {d['heads']} q / {d['kv_heads']} kv heads x "
+        f"{d['head_dim']}), max_len {d['max_len']}, {d['dtype']}"
+        + (", graph replays" if d.get("graphs") else ", eager")
+        + ". Each cell: step time / exact-length ideal, median [p10, p90] of paired rounds. "
+          "ideal+mask and sk-additive are diagnostics (see BENCHMARKS.md).",
+        table(["context", "ideal ms", "statickv", "hf-static", "dynamic (cat)", "ideal+mask",
+               "sk-additive"], rows),
+        f"statickv <= 1.15x the ideal at every length: **{'yes' if ok else 'no'}**",
+    ]
+    if png:
+        out.append(f"![context length]({png})")
+    return "\n\n".join(out)
+
+
+def write_cost(d, plots):
+    out = [f"Per layer per step (K and V), {d['layers']} layers, {d['kv_heads']} kv heads x "
+           f"{d['head_dim']}, context {d['context']}, max_len {d['max_len']}, {d['dtype']}; "
+           f"prepare rows are per step (all layers). Hybrid: 5 sliding (window {d['window']}) : "
+           f"1 full."]
+    for g in d["batches"]:
+        rows = [[x["name"], x["per"], f"{x['median_us']:.2f}", f"{x['p10_us']:.2f}",
+                 f"{x['p90_us']:.2f}", rt(x["ratio_to_slice_copy"], 2) if x["per"] == "layer"
+                 else ""] for x in g["rows"]]
+        out.append(f"Live batch {g['live_batch']} (max_batch {d['max_batch']}):")
+        out.append(table(["variant", "per", "median us", "p10", "p90", "ratio to slice copy"],
+                         rows))
+    return "\n\n".join(out)
+
+
+def memory(d, plots):
+    gib = 1024 ** 3
+    rows = [[p["pattern"], f"{p['all_full_bytes'] / gib:.3f} GiB",
+             f"{p['hybrid_bytes'] / gib:.3f} GiB", f"{p['ratio']:.3f}"] for p in d["patterns"]]
+    return "\n\n".join([
+        f"Bytes a cache owns (`estimate_memory_bytes`, equal to `memory_bytes()`), {d['dtype']}, "
+        f"max_batch {d['max_batch']}, max_len {d['max_len']}, prefill chunks up to "
+        f"{d['max_chunk']}.",
+        table(["pattern", "StaticCache (all full)", "HybridCache", "ratio"], rows)])
+
+
+def hf_compare(d, plots):
+    out = [f"Same random weights (a saved checkpoint) in Hugging Face transformers "
+           f"{d['environment'].get('transformers')} and statickv; prompt {d['prompt_len']} tokens, "
+           f"{d['new_tokens']} greedy new tokens, {d['rounds']} interleaved rounds, {d['dtype']}; "
+           f"statickv mode: {d['statickv_mode']}."]
+    rows, data = [], ""
+    for e in d["shapes"]:
+        for key, label in (("eager", "hf static (eager)"), ("compiled", "hf static + compile")):
+            if key not in e:
+                continue
+            x = e[key]
+            rows.append([e["shape"], label, ms(x["hf"]["first_token_s"], 1e3, 2),
+                         ms(x["statickv"]["first_token_s"], 1e3, 2),
+                         rt(x["ratio_first_token"]), ms(x["hf"]["decode_s_per_token"], 1e3, 2),
+                         ms(x["statickv"]["decode_s_per_token"], 1e3, 2), rt(x["ratio_decode"]),
+                         f"{x['tokens_identical_rounds']}/{x['rounds']}"])
+            data += (f"\"{e['shape']} {key}\" {x['hf']['decode_s_per_token']['median'] * 1e3} "
+                     f"{x['statickv']['decode_s_per_token']['median'] * 1e3}\n")
+    out.append(table(["shape", "vs", "hf first token ms", "statickv first token ms",
+                      "sk/hf first token", "hf decode ms/token", "statickv decode ms/token",
+                      "sk/hf decode", "same tokens"], rows))
+    for e in d["shapes"]:
+        if e.get("new_lengths"):
+            nl = [[r["prompt_len"], f"{r['hf_compile_first_token_s'] * 1e3:.1f}",
+                   f"{r['hf_compile_warm_first_token_s'] * 1e3:.1f}",
+                   f"{r['statickv_first_token_s'] * 1e3:.1f}",
+                   f"{r['statickv_warm_first_token_s'] * 1e3:.1f}",
+                   r["statickv_captures_so_far"]] for r in e["new_lengths"]]
+            out.append(f"{e['shape']}: first request at a new prompt length (ms to first token):")
+            out.append(table(["prompt", "hf-compile first", "hf-compile warm", "statickv first",
+                              "statickv warm", "statickv captures so far"], nl))
+    png = plots.plot("hf_compare", data, (
+        "set style data histograms\nset style histogram clustered gap 1\n"
+        "set style fill solid 0.6\nset ylabel 'decode ms/token'\nset logscale y\n"
+        f"set title 'decode ms/token on {d['environment']['device']}'\n"
+        "plot 'DATA' using 2:xtic(1) title 'Hugging Face static cache', "
+        "'' using 3 title 'statickv'\n")) if data else None
+    if png:
+        out.append(f"![hf vs statickv]({png})")
+    return "\n\n".join(out)
+
+
+SECTIONS = [
+    ("model_decode", "Batch-prefix cost, eager vs graphs, bandwidth (reference model decode)",
+     model_decode),
+    ("decode_step", "Batch-prefix cost, attention stack only", decode_step),
+    ("prompt_lengths", "New prompt lengths (HF issue 29151)", prompt_lengths),
+    ("context_length", "Decode cost vs context length", context_length),
+    ("hf_compare", "Against Hugging Face transformers' static cache", hf_compare),
+    ("write_cost", "Cache write cost per layer per step", write_cost),
+    ("memory", "Memory: hybrid vs all-full", memory),
+]
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    title = "statickv benchmark report"
+    if "--title" in sys.argv:
+        title = sys.argv[sys.argv.index("--title") + 1]
+        args = [a for a in args if a != title]
+    results = Path(args[0] if args else "results")
+    plots = Plotter(results)
+    parts = [f"# {title}", f"Generated by `benchmarks/report.py {results}` from the JSON files "
+             "there. Ratios are medians of per-round paired ratios [p10, p90]: variants ran "
+             "interleaved in one process."]
+    for name, heading, render in SECTIONS:
+        data = load(results, name)
+        if data is None:
+            continue
+        try:
+            body = render(data, plots)
+        except (KeyError, TypeError, ZeroDivisionError) as error:
+            print(f"report: cannot render {name}: {error!r}", file=sys.stderr)
+            continue
+        parts.append(f"## {heading}\n\n{provenance(data)}\n\n{body}")
+    report = results / "REPORT.md"
+    report.write_text("\n\n".join(parts) + "\n")
+    print(f"wrote {report}" + ("" if plots.gnuplot else " (no gnuplot: no plots)"))
+
+
+if __name__ == "__main__":
+    main()
