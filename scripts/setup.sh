@@ -13,6 +13,9 @@ VENV="$STATICKV_ROOT/.venv"
 BUILD_DIR=${STATICKV_BUILD_DIR:-$STATICKV_ROOT/build}
 
 need=(cmake g++ ninja-build catch2 nlohmann-json3-dev clang-format gnuplot-nox)
+# Callers add their own needs (scripts/test.sh: clang and libclang-rt-dev for libFuzzer).
+# shellcheck disable=SC2206  # a space-separated list of package names
+need+=(${STATICKV_EXTRA_PACKAGES:-})
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 missing=()
 for pkg in "${need[@]}"; do

@@ -5,6 +5,10 @@
 # Environment:
 #   STATICKV_SANITIZERS=0     skip the sanitizer build and run (build-asan/)
 #   STATICKV_FUZZ_SECONDS=N   fuzz for N seconds (default 60; 0 skips; build-fuzz/)
+# libFuzzer needs clang and its runtime; setup.sh installs them with the rest.
+if [ "${STATICKV_FUZZ_SECONDS:-60}" != 0 ]; then
+  export STATICKV_EXTRA_PACKAGES="clang libclang-rt-dev"
+fi
 source "$(dirname "$0")/setup.sh"
 cd "$BUILD_DIR"
 ctest --output-on-failure -j "$(nproc)" "$@"
@@ -36,21 +40,6 @@ fi
 # libclang-rt-dev), installed like setup.sh's packages.
 FUZZ_SECONDS=${STATICKV_FUZZ_SECONDS:-60}
 if [ "$FUZZ_SECONDS" != 0 ]; then
-  fuzz_missing=()
-  for pkg in clang libclang-rt-dev; do
-    dpkg -s "$pkg" >/dev/null 2>&1 || fuzz_missing+=("$pkg")
-  done
-  if ((${#fuzz_missing[@]})); then
-    if [ "$(id -u)" = 0 ]; then
-      echo "== apt-get install ${fuzz_missing[*]}"
-      apt-get update -qq
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${fuzz_missing[@]}" >/dev/null
-    else
-      echo "missing Debian packages for the fuzz run; run (or STATICKV_FUZZ_SECONDS=0 to skip):"
-      echo "  sudo apt-get install -y ${fuzz_missing[*]}"
-      exit 1
-    fi
-  fi
   FUZZ_DIR="$STATICKV_ROOT/build-fuzz"
   if [ ! -f "$FUZZ_DIR/CMakeCache.txt" ]; then
     echo "== configuring $FUZZ_DIR (clang, libFuzzer)"
