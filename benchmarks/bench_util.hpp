@@ -10,6 +10,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
 #include <fmt/core.h>
 #include <torch/cuda.h>
 #include <torch/version.h>

@@ -103,6 +103,7 @@ struct Subject {
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
   if (o.threads > 0) at::set_num_threads(o.threads);
+  c10::InferenceMode inference;  // as inference code runs: no autograd bookkeeping per op
   const at::Device device = parse_device(o.device);
   const at::ScalarType dtype =
       parse_dtype(o.dtype.empty() ? (device.is_cuda() ? "fp16" : "fp32") : o.dtype);
@@ -140,7 +141,7 @@ int main(int argc, char** argv) try {
       Step plan = s.cache->prepare(pos, /*live_batch=*/1, s.attend_len);
       for (int64_t l = 0; l < layers; ++l) {
         KV kv = s.cache->update(l, k, v, plan);
-        sdpa_attention(q, kv.keys, kv.values, plan.mask(l));
+        sdpa_attention(q, kv.keys, kv.values, plan.additive_mask(l));
       }
     };
   };

@@ -77,6 +77,7 @@ int main(int argc, char** argv) try {
   flags.add_switch("--no-full-batch", &o.no_full_batch, "skip the 16/16 variants");
   flags.parse(argc, argv);
   if (o.threads > 0) at::set_num_threads(o.threads);
+  c10::InferenceMode inference;  // as inference code runs: no autograd bookkeeping per op
   if (o.context < 1 || o.context >= o.max_len) {
     throw std::invalid_argument(
         fmt::format("--context: expected [1, max_len={}) but got {}", o.max_len, o.context));

@@ -173,7 +173,7 @@ def context_length(d, plots):
     for x in d["rows"]:
         rows.append([x["context"], ms(x["ideal_s"]), rt(x["statickv_ratio"], 2),
                      rt(x["hf_static_ratio"], 2), rt(x["dynamic_ratio"], 2),
-                     rt(x.get("ideal_mask_ratio"), 2), rt(x.get("additive_ratio"), 2)])
+                     rt(x.get("ideal_mask_ratio"), 2), rt(x.get("bool_mask_ratio"), 2)])
     ok = all(x["statickv_ratio"]["median"] <= 1.15 for x in d["rows"])
     data = "".join(f"{x['context']} {x['statickv_ratio']['median']} "
                    f"{x['hf_static_ratio']['median']} {x['dynamic_ratio']['median']}\n"
@@ -192,9 +192,9 @@ def context_length(d, plots):
         f"{d['head_dim']}), max_len {d['max_len']}, {d['dtype']}"
         + (", graph replays" if d.get("graphs") else ", eager")
         + ". Each cell: step time / exact-length ideal, median [p10, p90] of paired rounds. "
-          "ideal+mask and sk-additive are diagnostics (see BENCHMARKS.md).",
+          "ideal+mask and sk-bool are diagnostics (see BENCHMARKS.md).",
         table(["context", "ideal ms", "statickv", "hf-static", "dynamic (cat)", "ideal+mask",
-               "sk-additive"], rows),
+               "sk-bool"], rows),
         f"statickv <= 1.15x the ideal at every length: **{'yes' if ok else 'no'}**",
     ]
     if png:

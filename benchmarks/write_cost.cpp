@@ -53,6 +53,7 @@ int main(int argc, char** argv) try {
   flags.add("--json", &o.json, "write results as JSON to this file");
   flags.parse(argc, argv);
   if (o.threads > 0) at::set_num_threads(o.threads);
+  c10::InferenceMode inference;  // as inference code runs: no autograd bookkeeping per op
   const at::Device device = parse_device(o.device);
   const at::ScalarType dtype =
       parse_dtype(o.dtype.empty() ? (device.is_cuda() ? "fp16" : "fp32") : o.dtype);

@@ -8,6 +8,7 @@
 #include <vector>
 
 int main() {
+  c10::InferenceMode inference;  // inference: no autograd bookkeeping per op
   statickv::CacheConfig config;
   config.num_layers = 4;
   config.num_kv_heads = 2;
@@ -27,7 +28,7 @@ int main() {
       const at::Tensor v = at::randn_like(k);
       const at::Tensor query = at::randn({live_batch, heads, q, config.head_dim});
       statickv::KV kv = cache.update(layer, k, v, step);
-      out = statickv::sdpa_attention(query, kv.keys, kv.values, step.mask(layer));
+      out = statickv::sdpa_attention(query, kv.keys, kv.values, step.additive_mask(layer));
     }
     return out;
   };

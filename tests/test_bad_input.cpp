@@ -698,7 +698,7 @@ TEST_CASE("attention helpers name each bad argument", "[errors][attention]") {
          },
          {"query", "multiple of kv_heads (3)", "heads (4)"}},
         {"mask undefined", [&] { f(q, k, k, at::Tensor()); }, {"mask", "Bool", "undefined"}},
-        {"mask float", [&] { f(q, k, k, mask.to(at::kFloat)); }, {"mask", "Bool", "Float"}},
+        {"mask double", [&] { f(q, k, k, mask.to(at::kDouble)); }, {"mask", "Bool", "Double"}},
         {"mask kv",
          [&] { f(q, k, k, mask.narrow(3, 0, 4)); },
          {"mask", "[2, 1, 3, 5]", "[2, 1, 3, 4]"}},
@@ -719,6 +719,9 @@ TEST_CASE("attention helpers name each bad argument", "[errors][attention]") {
       {"sdpa: values half",
        [&] { sdpa_attention(q, k, k.to(at::kHalf), mask); },
        {"values", "dtype Float", "Half"}},
+      {"sdpa: additive mask of another dtype",
+       [&] { sdpa_attention(q, k, k, mask.to(at::kHalf)); },
+       {"mask", "query's dtype Float", "Half"}},
   });
   // reference_attention computes in float32 whatever the inputs' dtypes.
   CHECK(reference_attention(q, k.to(at::kDouble), k.to(at::kHalf), mask).sizes() == q.sizes());

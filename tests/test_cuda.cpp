@@ -140,6 +140,15 @@ TEST_CASE("on CUDA, padded queries give finite outputs and leave live rows intac
   const at::Tensor o = sdpa_attention(at::randn({2, 4, 2, 64}, on_gpu(at::kHalf)), out.keys,
                                       out.values, step.mask(0));
   CHECK(at::isfinite(o).all().item<bool>());
+  // The additive form gives the same live outputs and stays finite too.
+  const at::Tensor query = at::randn({2, 4, 2, 64}, on_gpu(at::kHalf));
+  const at::Tensor with_bool = sdpa_attention(query, out.keys, out.values, step.mask(0));
+  const at::Tensor with_additive =
+      sdpa_attention(query, out.keys, out.values, step.additive_mask(0));
+  CHECK(at::isfinite(with_additive).all().item<bool>());
+  // Row 0's first token (position 4) is the one live query.
+  CHECK(at::allclose(with_additive[0].narrow(1, 0, 1).to(at::kFloat),
+                     with_bool[0].narrow(1, 0, 1).to(at::kFloat), /*rtol=*/5e-3, /*atol=*/5e-3));
   CHECK(at::equal(cache.keys(0)[1].narrow(1, 0, 16), before[1]));
   CHECK(at::equal(cache.keys(0)[0].narrow(1, 0, 4), before[0].narrow(1, 0, 4)));
 }

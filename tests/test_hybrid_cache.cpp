@@ -195,6 +195,48 @@ TEST_CASE("masks are computed once per layer type and shared by its layers", "[h
   CHECK(step.mask(2).sizes() == at::IntArrayRef({2, 1, 4, 32}));
 }
 
+TEST_CASE("the additive mask blocks exactly what the bool mask blocks, and attention agrees",
+          "[hybrid][mask]") {
+  for (at::ScalarType dtype : {at::kFloat, at::kHalf, at::kBFloat16}) {
+    INFO("dtype " << dtype);
+    HybridCache cache(
+        hybrid_config(/*max_batch=*/3, /*max_len=*/16, /*window=*/3, /*chunk=*/4, dtype));
+    at::manual_seed(11);
+    // Ragged prefill (row 1 padded after two tokens, row 2 all padding), then
+    // a ragged decode step in which row 2 is still padding.
+    const std::vector<at::Tensor> steps = {positions(3, {0, 1, 2, 3, 0, 1, -1, -1, -1, -1, -1, -1}),
+                                           positions(3, {4, 2, -1})};
+    for (const at::Tensor& pos : steps) {
+      const int64_t q = pos.size(1);
+      Step step = cache.prepare(pos, 3);
+      const at::Tensor real = pos.ge(0).view({3, 1, q, 1});
+      for (int64_t layer = 0; layer < 2; ++layer) {
+        const at::Tensor& mask = step.mask(layer);
+        const at::Tensor& additive = step.additive_mask(layer);
+        CHECK(additive.scalar_type() == dtype);
+        CHECK(additive.sizes() == mask.sizes());
+        CHECK(at::equal(additive.eq(0), mask));
+        const at::Tensor blocked = additive.masked_select(mask.logical_not());
+        CHECK(at::equal(blocked, at::full_like(blocked, statickv::detail::lowest_value(dtype))));
+
+        const at::Tensor kv_in = at::randn({3, kKvHeads, q, kDim}).to(dtype);
+        KV kv = cache.update(layer, kv_in, kv_in.mul(2), step);
+        const at::Tensor query = at::randn({3, kHeads, q, kDim}).to(dtype);
+        const at::Tensor with_bool = sdpa_attention(query, kv.keys, kv.values, mask);
+        const at::Tensor with_additive = sdpa_attention(query, kv.keys, kv.values, additive);
+        const at::Tensor zero = at::zeros({}, query.options());
+        CHECK(close(at::where(real, with_additive, zero), at::where(real, with_bool, zero),
+                    tolerance(dtype)));
+        CHECK(close(at::where(real, with_additive, zero),
+                    at::where(real, reference_attention(query, kv.keys, kv.values, mask), zero),
+                    tolerance(dtype)));
+        // Padded queries attend to nothing; their output is meaningless but finite.
+        CHECK(at::isfinite(with_additive).all().item<bool>());
+      }
+    }
+  }
+}
+
 TEST_CASE("duplicate ring slots in one device-routed write keep only the newest position",
           "[hybrid][ring]") {
   CacheConfig c =

@@ -2,7 +2,8 @@
 // Attention over cache views, in two forms that must agree: the fused
 // scaled_dot_product_attention kernel, and a plain matmul/softmax reference
 // used by tests. Both take grouped-query layouts (q heads a multiple of kv
-// heads) and the bool masks a Step produces. A query whose row is fully
+// heads) and the bool masks a Step produces; the fused kernel also takes a
+// Step's additive masks, its faster form (no per-call conversion). A query whose row is fully
 // masked (a padded token) gets a zero output from the reference rather than
 // the NaN a naive softmax gives.
 
@@ -16,7 +17,7 @@ namespace statickv {
 namespace detail {
 
 inline void check_attention_args(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 const at::Tensor& mask) {
+                                 const at::Tensor& mask, bool allow_additive = false) {
   TORCH_CHECK(q.defined() && q.dim() == 4, "query: expected [b, heads, q, head_dim] but got ",
               q.defined() ? q.sizes() : at::IntArrayRef{});
   TORCH_CHECK(k.defined() && k.dim() == 4 && k.size(0) == q.size(0) && k.size(3) == q.size(3),
@@ -27,13 +28,21 @@ inline void check_attention_args(const at::Tensor& q, const at::Tensor& k, const
   TORCH_CHECK(k.size(1) >= 1, "keys: expected kv_heads >= 1 but got shape ", k.sizes());
   TORCH_CHECK(q.size(1) % k.size(1) == 0, "query: expected heads (", q.size(1),
               ") to be a multiple of kv_heads (", k.size(1), ")");
-  TORCH_CHECK(mask.defined() && mask.scalar_type() == at::kBool,
-              "mask: expected a Bool tensor but got ",
-              mask.defined() ? c10::toString(mask.scalar_type()) : "undefined");
+  if (allow_additive) {
+    TORCH_CHECK(mask.defined() &&
+                    (mask.scalar_type() == at::kBool || mask.scalar_type() == q.scalar_type()),
+                "mask: expected a Bool tensor or an additive one of the query's dtype ",
+                q.scalar_type(), " but got ",
+                mask.defined() ? c10::toString(mask.scalar_type()) : "undefined");
+  } else {
+    TORCH_CHECK(mask.defined() && mask.scalar_type() == at::kBool,
+                "mask: expected a Bool tensor but got ",
+                mask.defined() ? c10::toString(mask.scalar_type()) : "undefined");
+  }
   TORCH_CHECK(mask.dim() == 4 && mask.size(0) == q.size(0) && mask.size(2) == q.size(2) &&
                   mask.size(3) == k.size(2),
-              "mask: expected Bool [", q.size(0), ", 1, ", q.size(2), ", ", k.size(2), "] but got ",
-              mask.sizes());
+              "mask: expected shape [", q.size(0), ", 1, ", q.size(2), ", ", k.size(2),
+              "] but got ", mask.sizes());
   TORCH_CHECK(k.device() == q.device(), "keys: expected device ", q.device(),
               " (the query's) but got ", k.device());
   TORCH_CHECK(v.device() == q.device(), "values: expected device ", q.device(),
@@ -62,10 +71,11 @@ inline at::Tensor reference_attention(const at::Tensor& query, const at::Tensor&
   return at::matmul(probs, v).to(query.scalar_type());
 }
 
-/// Fused attention (scaled_dot_product_attention with enable_gqa).
+/// Fused attention (scaled_dot_product_attention with enable_gqa). mask:
+/// a Step's bool mask(layer) or, faster, its additive_mask(layer).
 inline at::Tensor sdpa_attention(const at::Tensor& query, const at::Tensor& keys,
                                  const at::Tensor& values, const at::Tensor& mask) {
-  detail::check_attention_args(query, keys, values, mask);
+  detail::check_attention_args(query, keys, values, mask, /*allow_additive=*/true);
   TORCH_CHECK(keys.scalar_type() == query.scalar_type(), "keys: expected dtype ",
               query.scalar_type(), " (the query's) but got ", keys.scalar_type());
   TORCH_CHECK(values.scalar_type() == query.scalar_type(), "values: expected dtype ",

@@ -23,6 +23,7 @@
 
 #include <statickv/config.hpp>
 #include <statickv/layers.hpp>
+#include <statickv/mask.hpp>
 #include <statickv/step.hpp>
 
 #include <ATen/ATen.h>
@@ -119,7 +120,12 @@ class CacheBase {
       keys_.push_back(
           at::zeros({config_.max_batch, config_.num_kv_heads, slots, config_.head_dim}, data_opts));
       values_.push_back(at::zeros_like(keys_.back()));
+      // [max_batch * kv_heads * slots, head_dim] aliases for per-row writes.
+      flat_keys_.push_back(keys_.back().view({-1, config_.head_dim}));
+      flat_values_.push_back(values_.back().view({-1, config_.head_dim}));
     }
+    attend_value_ = at::zeros({}, data_opts);
+    blocked_value_ = at::full({}, detail::lowest_value(config_.dtype), data_opts);
     layer_group_ = std::make_shared<const std::vector<int64_t>>(std::move(layer_group));
     seq_lengths_ = at::zeros({config_.max_batch}, long_opts);
     // A "cuda" device without an index becomes the device actually used.
@@ -177,28 +183,38 @@ class CacheBase {
 
     // [rows, q], rows = 1 (shared positions) or live_batch. Every token that
     // must not be stored (padding, past max_len) becomes -1: it is written to
-    // the scratch slot and attends to nothing.
+    // the scratch slot and attends to nothing. (Note [step op count]: a
+    // decode step on a CPU is short enough that every op's fixed cost shows,
+    // so each line below does its work in as few ops as it can.)
     const at::Tensor pos = step.per_row_ ? cache_position : cache_position.unsqueeze(0);
-    const at::Tensor live = pos.ge(0).logical_and_(pos.lt(config_.max_len));
-    const at::Tensor sane = at::where(live, pos, -1);
+    const int64_t rows = pos.size(0);
+    const at::Tensor sane = at::where(pos.lt(config_.max_len), pos, -1).clamp_min_(-1);
 
     at::Tensor seq = seq_lengths_.narrow(0, 0, live_batch);
-    seq.copy_(at::maximum(seq, sane.add(1).amax(1)));
+    at::maximum_out(seq, seq, sane.amax(1).add_(1));
 
+    const at::Tensor query = sane.view({rows, 1, q, 1});
     for (Group& group : groups_) {
       const LayerPolicy& policy = *group.policy;
+      const int64_t slots_len = policy.buffer_len();
       at::Tensor slots = policy.slots_of(sane);
-      if (q > 1) slots = newest_wins(slots, sane, policy.buffer_len());
+      if (q > 1) slots = newest_wins(slots, sane, slots_len);
       at::Tensor rows_pos = group.slot_positions.narrow(0, 0, live_batch);
-      rows_pos.scatter_(1, slots.expand({live_batch, q}), sane.expand({live_batch, q}));
+      if (rows == live_batch) {
+        rows_pos.scatter_(1, slots, sane);
+      } else {
+        rows_pos.scatter_(1, slots.expand({live_batch, q}), sane.expand({live_batch, q}));
+      }
 
       Step::Group planned;
       planned.view_len = policy.view_len(attend);
-      const at::Tensor seen = rows_pos.narrow(1, 0, planned.view_len).unsqueeze(1);  // [b,1,L]
-      const at::Tensor query = sane.unsqueeze(2);                                    // [r,q,1]
-      at::Tensor mask = seen.le(query).logical_and_(seen.ge(0));                     // [b, q, L]
+      // [live_batch, 1, 1, view_len]: the slot positions the views expose.
+      const at::Tensor seen = group.slot_positions.as_strided({live_batch, 1, 1, planned.view_len},
+                                                              {slots_len, 1, 1, 1});
+      at::Tensor mask = seen.le(query).logical_and_(seen.ge(0));  // [b, 1, q, L]
       if (policy.window() > 0) mask.logical_and_(query.sub(seen).lt(policy.window()));
-      planned.mask = mask.unsqueeze(1);  // [b, 1, q, L]
+      planned.mask = mask;
+      planned.additive = at::where(mask, attend_value_, blocked_value_);
       if (step.per_row_) {
         planned.slots = slots;
         planned.flat_index =
@@ -238,18 +254,19 @@ class CacheBase {
 
     const Step::Group& planned = step.group(layer);
     const int64_t b = step.live_batch_;
-    at::Tensor& keys = keys_[static_cast<size_t>(layer)];
-    at::Tensor& values = values_[static_cast<size_t>(layer)];
+    const auto l = static_cast<size_t>(layer);
     if (step.per_row_) {
-      const int64_t d = config_.head_dim;
-      keys.view({-1, d}).index_copy_(0, planned.flat_index, key.reshape({-1, d}));
-      values.view({-1, d}).index_copy_(0, planned.flat_index, value.reshape({-1, d}));
+      flat_keys_[l].index_copy_(0, planned.flat_index, key.reshape({-1, config_.head_dim}));
+      flat_values_[l].index_copy_(0, planned.flat_index, value.reshape({-1, config_.head_dim}));
+    } else if (b == config_.max_batch) {
+      keys_[l].index_copy_(2, planned.slots, key);
+      values_[l].index_copy_(2, planned.slots, value);
     } else {
-      keys.narrow(0, 0, b).index_copy_(2, planned.slots, key);
-      values.narrow(0, 0, b).index_copy_(2, planned.slots, value);
+      batch_prefix(keys_[l], b, keys_[l].size(2)).index_copy_(2, planned.slots, key);
+      batch_prefix(values_[l], b, values_[l].size(2)).index_copy_(2, planned.slots, value);
     }
-    return KV{keys.narrow(0, 0, b).narrow(2, 0, planned.view_len),
-              values.narrow(0, 0, b).narrow(2, 0, planned.view_len)};
+    return KV{batch_prefix(keys_[l], b, planned.view_len),
+              batch_prefix(values_[l], b, planned.view_len)};
   }
 
   /// Empties every row and zeroes every buffer, in place.
@@ -367,6 +384,13 @@ class CacheBase {
                 "at::NoGradGuard or c10::InferenceMode) but got requires_grad=true");
   }
 
+  // buffer[:rows, :, :slots] in one view op (two narrows cost twice the
+  // fixed per-op time; see Note [step op count]).
+  static at::Tensor batch_prefix(const at::Tensor& buffer, int64_t rows, int64_t slots) {
+    return buffer.as_strided({rows, buffer.size(1), slots, buffer.size(3)}, buffer.strides(),
+                             buffer.storage_offset());
+  }
+
   const Group& group_of(int64_t layer) const {
     check_layer(layer);
     return groups_[static_cast<size_t>((*layer_group_)[static_cast<size_t>(layer)])];
@@ -422,7 +446,9 @@ class CacheBase {
   std::shared_ptr<const std::vector<int64_t>> layer_group_;  // group of each layer
   std::vector<at::Tensor> keys_;    // per layer [max_batch, kv_heads, capacity + 1, head_dim]
   std::vector<at::Tensor> values_;  // per layer, same shape
-  at::Tensor seq_lengths_;          // [max_batch], int64
+  std::vector<at::Tensor> flat_keys_, flat_values_;  // per layer, [-1, head_dim] aliases
+  at::Tensor attend_value_, blocked_value_;          // [] in dtype: 0 and the lowest finite
+  at::Tensor seq_lengths_;                           // [max_batch], int64
   uint64_t generation_ = 0;
 };
 

@@ -60,7 +60,9 @@ class FullAttentionLayer final : public LayerPolicy {
     return (pos >= 0 && pos < max_len_) ? pos : scratch_slot();
   }
   at::Tensor slots_of(const at::Tensor& pos) const override {
-    return at::where(pos.ge(0), pos, scratch_slot());
+    // Sanitized positions are -1 or in [0, max_len): a floored remainder by
+    // buffer_len() keeps the latter and sends -1 to the scratch slot, in one op.
+    return pos.remainder(buffer_len());
   }
 
  private:

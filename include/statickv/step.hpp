@@ -33,6 +33,13 @@ class Step {
   /// returns for `layer`: [live_batch, 1, q, view_len(layer)].
   const at::Tensor& mask(int64_t layer) const { return group(layer).mask; }
 
+  /// The same mask in additive form, in the cache dtype: 0 = attend, the
+  /// dtype's lowest finite value = blocked (so a fully blocked query row
+  /// stays finite). Made once per layer type per step, it is the form
+  /// sdpa_attention runs fastest with: a bool mask is converted again inside
+  /// every attention call.
+  const at::Tensor& additive_mask(int64_t layer) const { return group(layer).additive; }
+
   /// Slots this step writes in `layer`'s buffers, the scratch slot
   /// (capacity(layer)) for tokens that must not be stored: [q] when positions
   /// were given as [q], else [live_batch, q]. For consumers that do their own
@@ -59,6 +66,7 @@ class Step {
     at::Tensor slots;       // [q] or [live_batch, q], int64
     at::Tensor flat_index;  // [live_batch * kv_heads * q] into a [-1, head_dim] view (per_row)
     at::Tensor mask;        // [live_batch, 1, q, view_len], bool
+    at::Tensor additive;    // [live_batch, 1, q, view_len], cache dtype
     int64_t view_len = 0;
   };
 
