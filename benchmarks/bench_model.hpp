@@ -1,16 +1,14 @@
 #pragma once
 // Shared by the benchmarks that run the reference decoder: model shapes,
-// random-weight models, caches filled without a model pass, and Session, a
-// persistent serving loop (one cache, one prefill and one decode GraphRunner
-// kept across requests, as a server would hold them).
-//
-// Why not reference::generate(): it builds a fresh cache and fresh runners
-// per call, so on CUDA every call would capture its graphs again. A server
-// captures once per bucket for its lifetime; Session does that.
+// random-weight models, caches filled without a model pass, and the serving
+// modes the benchmarks compare, as options of reference::Generator (a
+// session that keeps its cache and runners across requests, as a server
+// holds them, so each bucket is captured once).
 
 #include <statickv/statickv.hpp>
 
 #include <statickv/reference/checkpoint.hpp>
+#include <statickv/reference/generate.hpp>
 #include <statickv/reference/model.hpp>
 
 #include "bench_util.hpp"
@@ -86,7 +84,7 @@ inline void fill_cache(CacheBase& cache, int64_t rows, int64_t length, uint64_t 
   }
 }
 
-/// How a Session runs its forward passes.
+/// How a serving session runs its forward passes.
 enum class ServeMode {
   kEager,      ///< plain forward at the exact shape (attention over the exact length)
   kBucketed,   ///< GraphRunner, power-of-two buckets (CUDA graphs on a GPU)
@@ -112,112 +110,20 @@ inline const char* to_string(ServeMode mode) {
   return "?";
 }
 
-/// One request's result and timings.
-struct Served {
-  std::vector<int64_t> tokens;  ///< generated ids (greedy)
-  double first_token_s = 0;     ///< prefill + first token on the host
-  double decode_s = 0;          ///< the remaining tokens
-  int64_t decode_steps = 0;
-};
-
-/// A persistent greedy server for one row at a time: its cache and runners
-/// live as long as it does, so on CUDA each bucket is captured once.
-class Session {
- public:
-  struct Options {
-    ServeMode mode = ServeMode::kBucketed;
-    int64_t max_batch = 1;
-    int64_t max_len = 1024;
-    int64_t min_attend_bucket = 64;  ///< smallest decode attend bucket (bucketed)
-    bool cuda_graphs = true;         ///< bucketed/per-length on CUDA: capture graphs
-  };
-
-  Session(const reference::LlamaModel& model, Options options)
-      : model_(model), options_(options), device_(model.device()) {
-    cache_ = std::make_unique<StaticCache>(model.cache_config(options.max_batch, options.max_len));
-    backend_ = std::make_unique<reference::CacheBackend>(*cache_);
-    if (options.mode == ServeMode::kEager) return;
-    const std::vector<InputSpec> inputs = {{"ids", at::kLong, {}, 0},
-                                           {"positions", at::kLong, {}, -1}};
-    const GraphRunner::StepFn step = [this](const std::vector<at::Tensor>& in,
-                                            const GraphKey& key) {
-      return std::vector<at::Tensor>{model_.forward(in[0], in[1], *backend_, key.attend_len)};
-    };
-    const int64_t max_len = options.max_len;
-    GraphRunner::Options ro;
-    ro.device = device_;
-    ro.use_graphs = options.cuda_graphs;
-    ro.batch_buckets = ShapeBuckets::powers_of_two(options.max_batch);
-    if (options.mode == ServeMode::kBucketed) {
-      ro.query_buckets = ShapeBuckets::powers_of_two(max_len);
-      ro.attend_buckets = ShapeBuckets::powers_of_two(max_len);
-    } else {
-      ro.query_buckets = ShapeBuckets::multiples_of(1, max_len);
-      ro.attend_buckets = ShapeBuckets::multiples_of(1, max_len);
-    }
-    prefill_ = std::make_unique<GraphRunner>(inputs, step, ro);
-    ro.query_buckets = ShapeBuckets::of({1});
-    ro.attend_buckets = ShapeBuckets::powers_of_two(
-        max_len, std::min(max_len, std::max<int64_t>(1, options.min_attend_bucket)));
-    decode_ = std::make_unique<GraphRunner>(inputs, step, ro);
+/// Greedy Generator options for `mode` over a static cache of max_len
+/// positions: every requested token is generated (no EOS stop), and the
+/// prefill is one pass (no chunking).
+inline reference::GenerateOptions serve_options(ServeMode mode, int64_t max_len) {
+  reference::GenerateOptions options;
+  options.cache = reference::CacheKind::kStatic;
+  options.stop_at_eos = false;
+  options.bucketed = mode != ServeMode::kEager;
+  if (mode == ServeMode::kPerLength) {
+    options.prompt_buckets = ShapeBuckets::multiples_of(1, max_len);
+    options.attend_buckets = ShapeBuckets::multiples_of(1, max_len);
   }
-
-  /// Logits [b, q, vocab] of one pass over ids/positions [b, q] (any device);
-  /// attend_len: one past the highest position attended.
-  at::Tensor prefill(const at::Tensor& ids, const at::Tensor& positions, int64_t attend_len) {
-    return pass(prefill_.get(), ids, positions, attend_len);
-  }
-  at::Tensor decode(const at::Tensor& ids, const at::Tensor& positions, int64_t attend_len) {
-    return pass(decode_.get(), ids, positions, attend_len);
-  }
-
-  /// Greedy generation for one prompt in row 0 (the row is emptied first).
-  Served serve(const std::vector<int64_t>& prompt, int64_t new_tokens) {
-    TORCH_CHECK(
-        !prompt.empty() && static_cast<int64_t>(prompt.size()) + new_tokens <= options_.max_len,
-        "prompt: expected 1..max_len - new_tokens tokens but got ", prompt.size());
-    const auto host = at::TensorOptions().dtype(at::kLong);
-    cache_->reset_rows(at::zeros({1}, host));
-    const int64_t n = static_cast<int64_t>(prompt.size());
-    Served out;
-    auto start = Clock::now();
-    const at::Tensor ids = at::tensor(prompt, host).view({1, n});
-    const at::Tensor logits = prefill(ids, at::arange(n, host).view({1, n}), n);
-    out.tokens.push_back(logits[0][n - 1].argmax().item<int64_t>());
-    out.first_token_s = seconds_since(start, device_);
-    start = Clock::now();
-    for (int64_t t = 1; t < new_tokens; ++t) {
-      const int64_t p = n + t - 1;
-      const at::Tensor step =
-          decode(at::full({1, 1}, out.tokens.back(), host), at::full({1, 1}, p, host), p + 1);
-      out.tokens.push_back(step[0][0].argmax().item<int64_t>());
-      ++out.decode_steps;
-    }
-    out.decode_s = seconds_since(start, device_);
-    return out;
-  }
-
-  StaticCache& cache() { return *cache_; }
-  reference::CacheBackend& backend() { return *backend_; }
-  /// Runner statistics (empty in eager mode).
-  RunnerStats prefill_stats() const { return prefill_ ? prefill_->stats() : RunnerStats{}; }
-  RunnerStats decode_stats() const { return decode_ ? decode_->stats() : RunnerStats{}; }
-  bool uses_graphs() const { return prefill_ && prefill_->uses_graphs(); }
-
- private:
-  at::Tensor pass(GraphRunner* runner, const at::Tensor& ids, const at::Tensor& positions,
-                  int64_t attend_len) {
-    if (runner) return runner->run({ids.to(device_), positions.to(device_)}, attend_len)[0];
-    return model_.forward(ids.to(device_), positions.to(device_), *backend_, attend_len);
-  }
-
-  const reference::LlamaModel& model_;
-  Options options_;
-  at::Device device_;
-  std::unique_ptr<StaticCache> cache_;
-  std::unique_ptr<reference::CacheBackend> backend_;
-  std::unique_ptr<GraphRunner> prefill_, decode_;
-};
+  return options;
+}
 
 /// Runner statistics as JSON (captures, replays, padded-token fraction).
 inline Json to_json(const RunnerStats& s) {

@@ -5,8 +5,8 @@
 //   per-length  a GraphRunner with a bucket for every length: one capture per
 //               new length, exact compute
 //   eager       plain forward passes at the exact shapes
-// Each repetition starts every mode from a fresh Session (so captures are
-// counted), serves the N prompts once ("first pass": captures included),
+// Each repetition starts every mode from a fresh reference::Generator
+// session (so captures are counted), serves the N prompts once ("first pass": captures included),
 // then again ("second pass": replays only, the compute). Modes are
 // interleaved in rotating order; medians over repetitions.
 // Reported: captures, total time of each pass, padded-token fraction, and
@@ -98,14 +98,13 @@ int main(int argc, char** argv) try {
   const std::vector<ServeMode> modes = {ServeMode::kBucketed, ServeMode::kPerLength,
                                         ServeMode::kEager};
   auto run_mode = [&](ServeMode mode, PassTimes* out) {
-    Session::Options so;
-    so.mode = mode;
-    so.max_len = max_len;
-    Session session(*model, so);
+    reference::Generator session(*model, serve_options(mode, max_len), /*max_batch=*/1, max_len);
     std::vector<int64_t> first_tokens;
     auto pass = [&] {
       const auto start = Clock::now();
-      for (const auto& p : prompts) first_tokens.push_back(session.serve(p, 1).tokens[0]);
+      for (const auto& p : prompts) {
+        first_tokens.push_back(session.generate({p}, /*max_new_tokens=*/1).tokens[0][0]);
+      }
       return seconds_since(start, device);
     };
     const double first = pass();

@@ -53,13 +53,11 @@ int main(int argc, char** argv) try {
   } else {
     model = random_model(shape, dtype, device);
   }
-  Session::Options so;
-  so.mode = parse_serve_mode(mode_text);
-  so.max_len = max_len;
-  Session session(*model, so);
+  const ServeMode mode = parse_serve_mode(mode_text);
+  reference::Generator session(*model, serve_options(mode, max_len), /*max_batch=*/1, max_len);
   std::cout << Json::object({{"ready", true},
                              {"load_s", seconds_since(start, device)},
-                             {"mode", to_string(so.mode)},
+                             {"mode", to_string(mode)},
                              {"graphs", session.uses_graphs()},
                              {"environment", environment(device)}})
                    .dump()
@@ -74,12 +72,16 @@ int main(int argc, char** argv) try {
       if (request.value("quit", false)) break;
       const auto prompt = request.at("prompt").get<std::vector<int64_t>>();
       const int64_t new_tokens = request.value("new_tokens", static_cast<int64_t>(16));
-      const Served served = session.serve(prompt, new_tokens);
+      if (new_tokens < 1) {
+        throw std::invalid_argument("new_tokens: expected >= 1 but got " +
+                                    std::to_string(new_tokens));
+      }
+      const reference::GenerateResult served = session.generate({prompt}, new_tokens);
       const RunnerStats pre = session.prefill_stats();
       const RunnerStats dec = session.decode_stats();
-      reply = Json::object({{"tokens", served.tokens},
-                            {"first_token_s", served.first_token_s},
-                            {"decode_s", served.decode_s},
+      reply = Json::object({{"tokens", served.tokens[0]},
+                            {"first_token_s", served.prefill_seconds},
+                            {"decode_s", served.decode_seconds},
                             {"decode_steps", served.decode_steps},
                             {"captures", pre.captures + dec.captures},
                             {"capture_s", pre.capture_seconds + dec.capture_seconds}});

@@ -168,6 +168,78 @@ TEST_CASE("a key's static buffers keep their addresses across calls", "[runner]"
   }
 }
 
+TEST_CASE("row outputs hold one entry per padded row and come back as [b, ...]", "[runner]") {
+  // Per token: x * 2. Per row: the sum over the row's tokens (padding adds 0)
+  // and the row's largest position (padding is -1), as a prefill step that
+  // keeps only each row's last token would.
+  const GraphRunner::StepFn step = [](const std::vector<at::Tensor>& in, const GraphKey&) {
+    return std::vector<at::Tensor>{in[0].mul(2), in[0].sum(1), in[1].amax(1)};
+  };
+  GraphRunner::Options options;
+  options.batch_buckets = ShapeBuckets::powers_of_two(8);
+  options.query_buckets = ShapeBuckets::powers_of_two(16);
+  options.row_outputs = {1, 2};
+  GraphRunner runner({{"x", at::kFloat, {3}, 0.0}, {"positions", at::kLong, {}, -1}}, step,
+                     options);
+  at::manual_seed(3);
+  for (int64_t b : {1, 3, 5, 8}) {
+    for (int64_t q : {1, 2, 7, 9}) {
+      INFO("b " << b << ", q " << q);
+      const at::Tensor x = at::randn({b, q, 3});
+      const at::Tensor pos = at::arange(q, i64()).add(4).repeat({b, 1});
+      const std::vector<at::Tensor> out = runner.run({x, pos});
+      REQUIRE(out.size() == 3);
+      CHECK(at::equal(out[0], x.mul(2)));
+      CHECK(out[1].sizes() == at::IntArrayRef({b, 3}));
+      CHECK(at::allclose(out[1], x.sum(1)));
+      CHECK(at::equal(out[2], at::full({b}, q + 3, i64())));
+    }
+  }
+}
+
+TEST_CASE("GraphRunner rejects row outputs that are not per row", "[runner][errors]") {
+  const auto inputs = std::vector<InputSpec>{{"x", at::kFloat, {}, 0.0}};
+  GraphRunner::Options options;
+  options.batch_buckets = ShapeBuckets::powers_of_two(4);
+  options.query_buckets = ShapeBuckets::powers_of_two(4);
+  options.row_outputs = {0};
+  // An output declared per row must have the padded batch as its first dim.
+  GraphRunner scalar(
+      inputs,
+      [](const std::vector<at::Tensor>& in, const GraphKey&) {
+        return std::vector<at::Tensor>{in[0].sum()};
+      },
+      options);
+  require_error(
+      [&] {
+        scalar.run({at::zeros({3, 2})});
+      },
+      {"step output 0", "[4, ...]", "row output", "got []"});
+  options.row_outputs = {1};
+  GraphRunner missing(
+      inputs,
+      [](const std::vector<at::Tensor>& in, const GraphKey&) {
+        return std::vector<at::Tensor>{in[0]};
+      },
+      options);
+  require_error(
+      [&] {
+        missing.run({at::zeros({3, 2})});
+      },
+      {"Options.row_outputs", "below the step's 1 outputs", "got 1"});
+  options.row_outputs = {0, 0};
+  require_error(
+      [&] {
+        GraphRunner r(
+            inputs,
+            [](const std::vector<at::Tensor>& in, const GraphKey&) {
+              return std::vector<at::Tensor>{in[0]};
+            },
+            options);
+      },
+      {"Options.row_outputs[1]", "distinct", "0 twice"});
+}
+
 TEST_CASE("GraphRunner rejects inputs that match no spec or bucket", "[runner][errors]") {
   HybridCache cache(runner_cache(/*max_batch=*/4, /*max_len=*/32));
   GraphRunner::Options options;

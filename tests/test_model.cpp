@@ -104,6 +104,37 @@ TEST_CASE("incremental decode through every cache equals one full forward withou
   }
 }
 
+TEST_CASE("last-token logits equal each row's newest token in the full logits", "[model][logits]") {
+  for (const std::string shape : {"tiny", "tiny-qwen2"}) {
+    const LlamaModel model = make_model(shape);
+    const std::vector<int64_t> lens = {21, 13, 17, 2};
+    const int64_t b = static_cast<int64_t>(lens.size());
+    at::manual_seed(9);
+    const at::Tensor ids = at::randint(model.config().vocab_size, {b, 21}, i64());
+    const at::Tensor len = at::tensor(lens, i64()).view({b, 1});
+    // Twin caches fed the same passes: one asked for every token's logits,
+    // one for the last token's only.
+    HybridCache every(model.cache_config(b, /*max_len=*/32));
+    HybridCache last(model.cache_config(b, /*max_len=*/32));
+    CacheBackend every_backend(every), last_backend(last);
+    for (int64_t start = 0; start < 21; start += 8) {
+      const int64_t q = std::min<int64_t>(8, 21 - start);
+      const at::Tensor pos = at::arange(start, start + q, i64()).view({1, q}).expand({b, q});
+      const at::Tensor live_pos = at::where(pos.lt(len), pos, -1);
+      const at::Tensor chunk = ids.narrow(1, start, q);
+      const at::Tensor all = model.forward(chunk, live_pos, every_backend, start + q);
+      const at::Tensor got = model.forward(chunk, live_pos, last_backend, start + q, Logits::kLast);
+      REQUIRE(got.sizes() == at::IntArrayRef({b, model.config().vocab_size}));
+      for (int64_t r = 0; r < b; ++r) {
+        const int64_t newest = std::min(lens[r], start + q) - 1 - start;
+        if (newest < 0) continue;  // a row of padding in this pass
+        INFO(shape << " pass at " << start << " row " << r);
+        CHECK(close(got[r], all[r][newest], 1e-5));
+      }
+    }
+  }
+}
+
 TEST_CASE("greedy generation gives identical tokens through static, hybrid and dynamic caches",
           "[model][generate]") {
   for (const std::string shape : {"tiny", "tiny-mistral", "tiny-qwen2"}) {

@@ -8,7 +8,10 @@
 // first one grew. A call pads its real inputs [b, q, ...] into the key's
 // buffers (positions with -1: padded tokens and rows go to the cache's
 // scratch slot), replays, and returns views [b, q, ...] of the static
-// outputs, valid until the next call with the same key.
+// outputs, valid until the next call with the same key. Outputs declared
+// per row (Options::row_outputs) are [B, ...] instead and come back as
+// [b, ...]: a prefill step that keeps only each row's last logits holds
+// [B, vocab] per key, not [B, Q, vocab].
 //
 // Without CUDA (a CPU device, a build without STATICKV_HAS_CUDA, or
 // use_graphs = false) the same class runs the step eagerly on the same
@@ -27,6 +30,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -113,7 +117,8 @@ std::unique_ptr<DeviceGraph> capture_cuda_graph(const at::Device& device, GraphP
 class GraphRunner {
  public:
   /// Runs one step at the key's padded shape on the static inputs and
-  /// returns its outputs, each [key.batch, key.query_len, ...].
+  /// returns its outputs, each [key.batch, key.query_len, ...], or
+  /// [key.batch, ...] for the outputs listed in Options::row_outputs.
   using StepFn =
       std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&, const GraphKey&)>;
 
@@ -124,6 +129,8 @@ class GraphRunner {
     at::Device device = at::Device(at::kCPU);
     bool use_graphs = true;  ///< CUDA graphs where available; false = always eager
     int warmup_runs = 2;
+    /// Indices of step outputs that are per row, [B, ...], not per token.
+    std::vector<size_t> row_outputs;
   };
 
   GraphRunner(std::vector<InputSpec> inputs, StepFn step, Options options)
@@ -132,6 +139,13 @@ class GraphRunner {
     TORCH_CHECK(step_ != nullptr, "step: expected a callable step function but got an empty one");
     TORCH_CHECK(options_.warmup_runs >= 0, "Options.warmup_runs: expected >= 0 but got ",
                 options_.warmup_runs);
+    for (size_t i = 0; i < options_.row_outputs.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        TORCH_CHECK(options_.row_outputs[i] != options_.row_outputs[j], "Options.row_outputs[", i,
+                    "]: expected distinct output indices but got ", options_.row_outputs[i],
+                    " twice");
+      }
+    }
     for (size_t i = 0; i < specs_.size(); ++i) {
       for (int64_t size : specs_[i].trailing) {
         TORCH_CHECK(size >= 0, "inputs[", i, "] (", specs_[i].name,
@@ -170,7 +184,8 @@ class GraphRunner {
   }
 
   /// Pads `inputs` (each [b, q, ...]) into the key's static buffers, runs
-  /// the step (replay or eager) and returns views [b, q, ...] of its outputs.
+  /// the step (replay or eager) and returns views [b, q, ...] of its outputs
+  /// ([b, ...] for row outputs).
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, int64_t attend_len = -1) {
     TORCH_CHECK(inputs.size() == specs_.size(), "inputs: expected ", specs_.size(),
                 " tensors but got ", inputs.size());
@@ -194,7 +209,10 @@ class GraphRunner {
     entry.stats.real_tokens += b * q;
     entry.stats.padded_tokens += key.batch * key.query_len - b * q;
     std::vector<at::Tensor> out;
-    for (const auto& o : entry.outputs) out.push_back(unpad(o, b, q));
+    for (size_t i = 0; i < entry.outputs.size(); ++i) {
+      out.push_back(is_row_output(i) ? entry.outputs[i].narrow(0, 0, b)
+                                     : unpad(entry.outputs[i], b, q));
+    }
     return out;
   }
 
@@ -266,14 +284,31 @@ class GraphRunner {
     return entries_.emplace(key, std::move(entry)).first->second;
   }
 
+  bool is_row_output(size_t i) const {
+    return std::find(options_.row_outputs.begin(), options_.row_outputs.end(), i) !=
+           options_.row_outputs.end();
+  }
+
   std::vector<at::Tensor> checked_outputs(std::vector<at::Tensor> outputs,
                                           const GraphKey& key) const {
+    for (size_t i : options_.row_outputs) {
+      TORCH_CHECK(i < outputs.size(), "Options.row_outputs: expected indices below the step's ",
+                  outputs.size(), " outputs but got ", i);
+    }
     for (size_t i = 0; i < outputs.size(); ++i) {
-      TORCH_CHECK(outputs[i].defined() && outputs[i].dim() >= 2 &&
-                      outputs[i].size(0) == key.batch && outputs[i].size(1) == key.query_len,
-                  "step output ", i, ": expected shape [", key.batch, ", ", key.query_len,
-                  ", ...] (the key's padded batch and q) but got ",
-                  outputs[i].defined() ? outputs[i].sizes() : at::IntArrayRef{});
+      const at::Tensor& o = outputs[i];
+      if (is_row_output(i)) {
+        TORCH_CHECK(o.defined() && o.dim() >= 1 && o.size(0) == key.batch, "step output ", i,
+                    ": expected shape [", key.batch,
+                    ", ...] (a row output: the key's padded batch) but got ",
+                    o.defined() ? o.sizes() : at::IntArrayRef{});
+      } else {
+        TORCH_CHECK(
+            o.defined() && o.dim() >= 2 && o.size(0) == key.batch && o.size(1) == key.query_len,
+            "step output ", i, ": expected shape [", key.batch, ", ", key.query_len,
+            ", ...] (the key's padded batch and q) but got ",
+            o.defined() ? o.sizes() : at::IntArrayRef{});
+      }
     }
     return outputs;
   }

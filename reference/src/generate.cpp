@@ -4,6 +4,7 @@
 #include <statickv/reference/generate.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -39,21 +40,30 @@ double seconds_since(Clock::time_point start, const at::Device& device) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Picks the next token of each row from logits [b, vocab] (CPU, float32).
+// Picks the next token of each row from logits [b, vocab] (float32, any
+// device). Greedy picks on the device and copies b ids back; sampling draws
+// on the host from the seeded CPU generator, so it is reproducible anywhere.
 std::vector<int64_t> pick(const at::Tensor& logits, const GenerateOptions& options,
                           at::Generator& generator) {
+  at::Tensor chosen;
   if (options.temperature <= 0.0) {
-    const at::Tensor best = logits.argmax(-1);
-    return std::vector<int64_t>(best.data_ptr<int64_t>(), best.data_ptr<int64_t>() + best.numel());
+    chosen = logits.argmax(-1).cpu();
+  } else {
+    at::Tensor scaled = logits.cpu().div(options.temperature);
+    if (options.top_k > 0 && options.top_k < scaled.size(-1)) {
+      const at::Tensor kth =
+          std::get<0>(scaled.topk(options.top_k, -1)).narrow(-1, options.top_k - 1, 1);
+      scaled = scaled.masked_fill(scaled.lt(kth), -std::numeric_limits<float>::infinity());
+    }
+    chosen = at::multinomial(at::softmax(scaled, -1), 1, false, generator).view(-1);
   }
-  at::Tensor scaled = logits.div(options.temperature);
-  if (options.top_k > 0 && options.top_k < scaled.size(-1)) {
-    const at::Tensor kth =
-        std::get<0>(scaled.topk(options.top_k, -1)).narrow(-1, options.top_k - 1, 1);
-    scaled = scaled.masked_fill(scaled.lt(kth), -std::numeric_limits<float>::infinity());
-  }
-  const at::Tensor drawn = at::multinomial(at::softmax(scaled, -1), 1, false, generator).view(-1);
-  return std::vector<int64_t>(drawn.data_ptr<int64_t>(), drawn.data_ptr<int64_t>() + drawn.numel());
+  return std::vector<int64_t>(chosen.data_ptr<int64_t>(),
+                              chosen.data_ptr<int64_t>() + chosen.numel());
+}
+
+// A host int64 tensor [rows, cols] holding `values` (row-major).
+at::Tensor host_tensor(std::vector<int64_t> values, int64_t rows, int64_t cols) {
+  return at::tensor(values, at::TensorOptions().dtype(at::kLong)).view({rows, cols});
 }
 
 }  // namespace
@@ -72,6 +82,7 @@ struct Generator::State {
 Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t max_batch,
                      int64_t max_len)
     : state_(new State{model, std::move(options), max_batch, max_len, 0, {}, {}, {}, {}}) {
+  c10::InferenceMode inference;
   State& s = *state_;
   const ModelConfig& config = model.config();
   TORCH_CHECK(max_batch >= 1, "max_batch: expected >= 1 but got ", max_batch);
@@ -98,25 +109,50 @@ Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t m
   // Bucketed runners: one forward per padded key, replayed as a CUDA graph on
   // a GPU; they live as long as the session, so later calls replay what
   // earlier ones captured. Padded rows and tokens carry position -1.
+  const ShapeBuckets prompt_buckets =
+      s.options.prompt_buckets.value_or(ShapeBuckets::powers_of_two(s.chunk));
+  const ShapeBuckets attend_buckets = s.options.attend_buckets.value_or(
+      ShapeBuckets::powers_of_two(max_len, std::min<int64_t>(64, max_len)));
+  TORCH_CHECK(prompt_buckets.max() >= s.chunk,
+              "prompt_buckets: expected a largest bucket >= ", s.chunk,
+              " (the prefill chunk) but got ", prompt_buckets.max());
+  TORCH_CHECK(attend_buckets.max() == max_len, "attend_buckets: expected a largest bucket of ",
+              max_len, " (max_len) but got ", attend_buckets.max());
   const std::vector<InputSpec> inputs = {{"ids", at::kLong, {}, 0},
                                          {"positions", at::kLong, {}, -1}};
   State* state = state_.get();
-  const GraphRunner::StepFn step = [state](const std::vector<at::Tensor>& in, const GraphKey& key) {
-    return std::vector<at::Tensor>{
-        state->model.forward(in[0], in[1], *state->cache_backend, key.attend_len)};
+  auto step_of = [state](Logits logits) -> GraphRunner::StepFn {
+    return [state, logits](const std::vector<at::Tensor>& in, const GraphKey& key) {
+      return std::vector<at::Tensor>{
+          state->model.forward(in[0], in[1], *state->cache_backend, key.attend_len, logits)};
+    };
   };
   GraphRunner::Options ro;
   ro.device = model.device();
   ro.use_graphs = s.options.cuda_graphs;
   ro.batch_buckets = ShapeBuckets::powers_of_two(max_batch);
-  ro.attend_buckets = ShapeBuckets::powers_of_two(max_len, std::min<int64_t>(64, max_len));
+  ro.attend_buckets = attend_buckets;
   ro.query_buckets = ShapeBuckets::of({1});
-  s.decode_runner = std::make_unique<GraphRunner>(inputs, step, ro);
-  ro.query_buckets = ShapeBuckets::powers_of_two(s.chunk);
-  s.prefill_runner = std::make_unique<GraphRunner>(inputs, step, ro);
+  s.decode_runner = std::make_unique<GraphRunner>(inputs, step_of(Logits::kAll), ro);
+  // Prefill keeps each row's last logits only: [B, vocab] per key.
+  ro.query_buckets = prompt_buckets;
+  ro.row_outputs = {0};
+  s.prefill_runner = std::make_unique<GraphRunner>(inputs, step_of(Logits::kLast), ro);
 }
 
 Generator::~Generator() = default;
+
+bool Generator::uses_graphs() const {
+  return state_->prefill_runner && state_->prefill_runner->uses_graphs();
+}
+
+RunnerStats Generator::prefill_stats() const {
+  return state_->prefill_runner ? state_->prefill_runner->stats() : RunnerStats{};
+}
+
+RunnerStats Generator::decode_stats() const {
+  return state_->decode_runner ? state_->decode_runner->stats() : RunnerStats{};
+}
 
 GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<int64_t>>& prompts,
                         const GenerateOptions& options) {
@@ -133,12 +169,16 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
   return session.generate(prompts);
 }
 
-GenerateResult Generator::generate(const std::vector<std::vector<int64_t>>& prompts) {
+GenerateResult Generator::generate(const std::vector<std::vector<int64_t>>& prompts,
+                                   int64_t max_new_tokens) {
   State& s = *state_;
   const LlamaModel& model = s.model;
   const GenerateOptions& options = s.options;
   const ModelConfig& config = model.config();
   const int64_t b = static_cast<int64_t>(prompts.size());
+  TORCH_CHECK(max_new_tokens >= 0, "max_new_tokens: expected >= 0 (0 = the session's ",
+              options.max_new_tokens, ") but got ", max_new_tokens);
+  const int64_t new_tokens = max_new_tokens > 0 ? max_new_tokens : options.max_new_tokens;
   TORCH_CHECK(b >= 1, "prompts: expected at least one prompt but got none");
   TORCH_CHECK(b <= s.max_batch, "prompts: expected at most max_batch=", s.max_batch,
               " prompts but got ", b);
@@ -154,102 +194,111 @@ GenerateResult Generator::generate(const std::vector<std::vector<int64_t>>& prom
     lens.push_back(static_cast<int64_t>(prompt.size()));
   }
   const int64_t longest = *std::max_element(lens.begin(), lens.end());
-  TORCH_CHECK(longest + options.max_new_tokens <= s.max_len, "max_len: expected at least ",
-              longest + options.max_new_tokens, " (longest prompt + max_new_tokens) but got ",
-              s.max_len);
+  TORCH_CHECK(longest + new_tokens <= s.max_len, "max_len: expected at least ",
+              longest + new_tokens, " (longest prompt + max_new_tokens) but got ", s.max_len);
 
-  // A fresh start for every row: bookkeeping only, the buffers stay put.
-  std::unique_ptr<DynamicCache> dynamic;
-  AttentionBackend* backend = s.cache_backend.get();
-  if (s.cache) {
-    s.cache->reset_rows(at::arange(s.max_batch, at::TensorOptions().dtype(at::kLong)));
-  } else {
-    dynamic = std::make_unique<DynamicCache>(config, options.kernel);
-    backend = dynamic.get();
-  }
-  const int64_t chunk = s.cache ? s.chunk : longest;
-  const at::Device device = model.device();
-  GraphRunner* prefill_runner = s.prefill_runner.get();
-  GraphRunner* decode_runner = s.decode_runner.get();
-  auto forward = [&](GraphRunner* runner, const at::Tensor& ids, const at::Tensor& pos,
-                     int64_t attend) {
-    if (runner) return runner->run({ids.to(device), pos.to(device)}, attend)[0];
-    return model.forward(ids.to(device), pos.to(device), *backend, attend);
-  };
-  const auto on_host = at::TensorOptions().dtype(at::kLong);
-  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
   GenerateResult result;
   result.tokens.resize(static_cast<size_t>(b));
   std::vector<std::vector<at::Tensor>> logits(static_cast<size_t>(b));
-  std::vector<bool> done(static_cast<size_t>(b), false);
-  auto is_eos = [&](int64_t id) {
-    return std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), id) !=
-           config.eos_token_ids.end();
-  };
-  // Records each row's new token (rows already done get nothing).
-  auto accept = [&](const at::Tensor& row_logits) {
-    const std::vector<int64_t> next = pick(row_logits, options, generator);
-    for (int64_t r = 0; r < b; ++r) {
-      if (done[r]) continue;
-      result.tokens[r].push_back(next[r]);
-      if (options.record_logits) logits[r].push_back(row_logits[r].clone());
-      if (static_cast<int64_t>(result.tokens[r].size()) >= options.max_new_tokens ||
-          (options.stop_at_eos && is_eos(next[r]))) {
-        done[r] = true;
+  {
+    c10::InferenceMode inference;
+    // A fresh start for every row: bookkeeping only, the buffers stay put.
+    std::unique_ptr<DynamicCache> dynamic;
+    AttentionBackend* backend = s.cache_backend.get();
+    if (s.cache) {
+      s.cache->reset_rows(at::arange(s.max_batch, at::TensorOptions().dtype(at::kLong)));
+    } else {
+      dynamic = std::make_unique<DynamicCache>(config, options.kernel);
+      backend = dynamic.get();
+    }
+    const int64_t chunk = s.cache ? s.chunk : longest;
+    const at::Device device = model.device();
+    GraphRunner* prefill_runner = s.prefill_runner.get();
+    GraphRunner* decode_runner = s.decode_runner.get();
+    auto forward = [&](GraphRunner* runner, const at::Tensor& ids, const at::Tensor& pos,
+                       int64_t attend, Logits which) {
+      if (runner) return runner->run({ids.to(device), pos.to(device)}, attend)[0];
+      return model.forward(ids.to(device), pos.to(device), *backend, attend, which);
+    };
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
+    std::vector<bool> done(static_cast<size_t>(b), false);
+    auto is_eos = [&](int64_t id) {
+      return std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), id) !=
+             config.eos_token_ids.end();
+    };
+    // Records each row's new token (rows already done get nothing).
+    auto accept = [&](const at::Tensor& row_logits) {
+      const std::vector<int64_t> next = pick(row_logits, options, generator);
+      const at::Tensor kept = options.record_logits ? row_logits.cpu() : at::Tensor();
+      for (int64_t r = 0; r < b; ++r) {
+        if (done[r]) continue;
+        result.tokens[r].push_back(next[r]);
+        if (options.record_logits) logits[r].push_back(kept[r].clone());
+        if (static_cast<int64_t>(result.tokens[r].size()) >= new_tokens ||
+            (options.stop_at_eos && is_eos(next[r]))) {
+          done[r] = true;
+        }
+      }
+    };
+
+    // Prefill: every row at its own positions, padded with -1 past its
+    // prompt. Each pass returns each row's newest token's logits; a row's
+    // last prompt token is in the pass that reaches its length.
+    auto start = Clock::now();
+    at::Tensor last;  // [b, vocab] on the device
+    for (int64_t begin = 0; begin < longest; begin += chunk) {
+      const int64_t q = std::min(chunk, longest - begin);
+      std::vector<int64_t> ids(static_cast<size_t>(b * q), 0), pos(ids.size(), -1);
+      std::vector<int64_t> ending;  // rows whose prompt ends in this pass
+      for (int64_t r = 0; r < b; ++r) {
+        const int64_t real = std::max<int64_t>(0, std::min(q, lens[r] - begin));
+        for (int64_t t = 0; t < real; ++t) {
+          ids[r * q + t] = prompts[r][begin + t];
+          pos[r * q + t] = begin + t;
+        }
+        if (lens[r] > begin && lens[r] <= begin + q) ending.push_back(r);
+      }
+      const at::Tensor out = forward(prefill_runner, host_tensor(std::move(ids), b, q),
+                                     host_tensor(std::move(pos), b, q),
+                                     /*attend_len=*/begin + q, Logits::kLast);
+      if (!last.defined()) {
+        last = out.clone();
+      } else {
+        const at::Tensor rows = at::tensor(ending, at::TensorOptions().dtype(at::kLong));
+        last.index_copy_(0, rows.to(device), out.index_select(0, rows.to(device)));
       }
     }
-  };
+    accept(last);
+    result.prefill_seconds = seconds_since(start, device);
 
-  // Prefill: every row at its own positions, padded with -1 past its prompt.
-  auto start = Clock::now();
-  at::Tensor last = at::zeros({b, config.vocab_size}, at::TensorOptions().dtype(at::kFloat));
-  for (int64_t begin = 0; begin < longest; begin += chunk) {
-    const int64_t q = std::min(chunk, longest - begin);
-    at::Tensor ids = at::zeros({b, q}, on_host);
-    at::Tensor pos = at::full({b, q}, -1, on_host);
-    for (int64_t r = 0; r < b; ++r) {
-      for (int64_t t = 0; t < q && begin + t < lens[r]; ++t) {
-        ids[r][t] = prompts[r][begin + t];
-        pos[r][t] = begin + t;
+    // Decode: one token per row per pass; finished rows ride along as padding.
+    start = Clock::now();
+    const int64_t planned = new_tokens - 1;
+    for (int64_t step = 0; step < planned; ++step) {
+      if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
+      std::vector<int64_t> ids(static_cast<size_t>(b), 0), pos(ids.size(), -1);
+      int64_t attend = 1;
+      for (int64_t r = 0; r < b; ++r) {
+        if (done[r]) continue;
+        ids[r] = result.tokens[r].back();
+        pos[r] = lens[r] + static_cast<int64_t>(result.tokens[r].size()) - 1;
+        attend = std::max(attend, pos[r] + 1);
       }
+      const at::Tensor out = forward(decode_runner, host_tensor(std::move(ids), b, 1),
+                                     host_tensor(std::move(pos), b, 1), attend, Logits::kAll);
+      accept(out.select(1, 0));
+      ++result.decode_steps;
+      if (options.on_step) options.on_step(step + 1, planned);
     }
-    const at::Tensor out = forward(prefill_runner, ids, pos, /*attend_len=*/begin + q).cpu();
-    for (int64_t r = 0; r < b; ++r) {
-      const int64_t t = lens[r] - 1 - begin;
-      if (t >= 0 && t < q) last[r].copy_(out[r][t]);
-    }
+    result.decode_seconds = seconds_since(start, device);
+    result.cache_bytes = s.cache ? s.cache->memory_bytes() : dynamic->memory_bytes();
   }
-  accept(last);
-  result.prefill_seconds = seconds_since(start, device);
-
-  // Decode: one token per row per pass; finished rows ride along as padding.
-  start = Clock::now();
-  const int64_t planned = options.max_new_tokens - 1;
-  for (int64_t step = 0; step < planned; ++step) {
-    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
-    at::Tensor ids = at::zeros({b, 1}, on_host);
-    at::Tensor pos = at::full({b, 1}, -1, on_host);
-    int64_t attend = 1;
-    for (int64_t r = 0; r < b; ++r) {
-      if (done[r]) continue;
-      ids[r][0] = result.tokens[r].back();
-      const int64_t p = lens[r] + static_cast<int64_t>(result.tokens[r].size()) - 1;
-      pos[r][0] = p;
-      attend = std::max(attend, p + 1);
-    }
-    const at::Tensor out = forward(decode_runner, ids, pos, attend);
-    accept(out.select(1, 0).cpu());
-    ++result.decode_steps;
-    if (options.on_step) options.on_step(step + 1, planned);
-  }
-  result.decode_seconds = seconds_since(start, device);
-
+  // Outside inference mode: the caller gets ordinary tensors.
   if (options.record_logits) {
     for (auto& row : logits) result.logits.push_back(at::stack(row));
   }
-  if (prefill_runner) result.prefill_runner = prefill_runner->stats();
-  if (decode_runner) result.decode_runner = decode_runner->stats();
-  result.cache_bytes = s.cache ? s.cache->memory_bytes() : dynamic->memory_bytes();
+  result.prefill_runner = prefill_stats();
+  result.decode_runner = decode_stats();
   return result;
 }
 

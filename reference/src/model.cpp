@@ -132,7 +132,7 @@ std::pair<at::Tensor, at::Tensor> LlamaModel::rope(const at::Tensor& positions) 
 }
 
 at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& positions,
-                               AttentionBackend& backend, int64_t attend_len) const {
+                               AttentionBackend& backend, int64_t attend_len, Logits logits) const {
   TORCH_CHECK(ids.defined() && ids.dim() == 2 && ids.scalar_type() == at::kLong,
               "ids: expected int64 [b, q] but got ",
               ids.defined() ? ids.sizes() : at::IntArrayRef{});
@@ -170,6 +170,12 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& position
     x = x.add(project(at::silu(project(g, layer.gate_proj)).mul(project(g, layer.up_proj)),
                       layer.down_proj));
   }
+  if (logits == Logits::kLast) {
+    // argmax picks the first of equal maxima: with distinct positions, the
+    // row's newest token.
+    const at::Tensor last = positions.argmax(1).view({b, 1, 1}).expand({b, 1, x.size(2)});
+    x = x.gather(1, last).squeeze(1);  // [b, hidden]
+  }
   return project(rms_norm(x, final_norm_), lm_head_).to(at::kFloat);
 }
 
@@ -182,7 +188,11 @@ at::Tensor CacheBackend::attend(int64_t layer, const at::Tensor& query, const at
                                 const at::Tensor& value) {
   TORCH_CHECK(step_ != nullptr, "CacheBackend: expected begin() before attend()");
   const KV kv = cache_.update(layer, key, value, *step_);
-  return run_kernel(kernel_, query, kv.keys, kv.values, step_->mask(layer));
+  // The fused kernel takes the additive mask, made once per layer type per
+  // step; the reference kernel takes the bool one.
+  return run_kernel(
+      kernel_, query, kv.keys, kv.values,
+      kernel_ == AttentionKernel::kSdpa ? step_->additive_mask(layer) : step_->mask(layer));
 }
 
 DynamicCache::DynamicCache(const ModelConfig& config, AttentionKernel kernel)

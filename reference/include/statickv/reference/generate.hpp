@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,13 @@ struct GenerateOptions {
   bool bucketed = true;
   /// With bucketed on a CUDA device: capture CUDA graphs (false: eager).
   bool cuda_graphs = true;
+  /// Bucketed: prompt-chunk lengths the prefill runner pads to (default:
+  /// powers of two up to the prefill chunk). Its max must cover the chunk.
+  std::optional<ShapeBuckets> prompt_buckets;
+  /// Bucketed: attended lengths both runners pad to (default: powers of two
+  /// from 64 up to max_len). Its max must be max_len. Buckets of every size
+  /// (ShapeBuckets::multiples_of(1, max_len)) make one graph per length.
+  std::optional<ShapeBuckets> attend_buckets;
   /// Called after each decode step with (steps done, steps planned).
   std::function<void(int64_t, int64_t)> on_step;
 };
@@ -49,8 +57,8 @@ struct GenerateOptions {
 struct GenerateResult {
   std::vector<std::vector<int64_t>> tokens;  ///< generated ids per prompt
   std::vector<at::Tensor> logits;  ///< per prompt [generated, vocab] float32 (record_logits)
-  double prefill_seconds = 0;
-  double decode_seconds = 0;
+  double prefill_seconds = 0;      ///< prompt passes and the first token: time to first token
+  double decode_seconds = 0;       ///< every later token
   int64_t decode_steps = 0;
   int64_t cache_bytes = 0;     ///< static/hybrid: allocated; dynamic: held at the end
   RunnerStats prefill_runner;  ///< bucketed runs only
@@ -64,8 +72,9 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
 /// A generation session: owns the cache (static/hybrid, max_batch rows of
 /// max_len positions) and the bucketed runners, so the CUDA graphs one call
 /// captures are replayed by every later call, whatever its batch size (<=
-/// max_batch) and prompt lengths. Each call starts from empty rows.
-/// Stats in a result are the session's totals so far.
+/// max_batch) and prompt lengths, as a server holds them for its lifetime.
+/// Each call starts from empty rows. Stats in a result are the session's
+/// totals so far. Calls run under c10::InferenceMode.
 class Generator {
  public:
   Generator(const LlamaModel& model, GenerateOptions options, int64_t max_batch, int64_t max_len);
@@ -73,7 +82,15 @@ class Generator {
   Generator(const Generator&) = delete;
   Generator& operator=(const Generator&) = delete;
 
-  GenerateResult generate(const std::vector<std::vector<int64_t>>& prompts);
+  /// max_new_tokens: this call's limit (0 = GenerateOptions::max_new_tokens).
+  GenerateResult generate(const std::vector<std::vector<int64_t>>& prompts,
+                          int64_t max_new_tokens = 0);
+
+  /// True when the runners replay CUDA graphs.
+  bool uses_graphs() const;
+  /// The session's runner statistics so far (empty without bucketing).
+  RunnerStats prefill_stats() const;
+  RunnerStats decode_stats() const;
 
  private:
   struct State;

@@ -36,15 +36,26 @@ class AttentionBackend {
 /// Which attention kernel a backend uses.
 enum class AttentionKernel { kSdpa, kReference };
 
+/// Which tokens a forward pass computes logits for.
+enum class Logits {
+  kAll,   ///< every token: [b, q, vocab]
+  kLast,  ///< each row's token at its highest position: [b, vocab]
+};
+
 class LlamaModel {
  public:
   /// Checks every expected parameter is present with its shape and dtype.
   LlamaModel(ModelConfig config, Weights weights);
 
-  /// Logits [b, q, vocab] (float32) for token ids [b, q] at positions [b, q]
-  /// (negative = padding). attend_len: passed to the backend (-1 = all).
+  /// Logits (float32) for token ids [b, q] at positions [b, q] (negative =
+  /// padding). attend_len: passed to the backend (-1 = all).
+  /// Logits::kAll gives [b, q, vocab]. Logits::kLast gives [b, vocab] for
+  /// the token of each row at its highest position (the prompt's last token
+  /// in a prefill pass; a row of padding only gets meaningless values): the
+  /// final norm and LM head then run on b tokens, not b * q, and the token is
+  /// picked on the device (no host sync, so it can be captured).
   at::Tensor forward(const at::Tensor& ids, const at::Tensor& positions, AttentionBackend& backend,
-                     int64_t attend_len = -1) const;
+                     int64_t attend_len = -1, Logits logits = Logits::kAll) const;
 
   const ModelConfig& config() const { return config_; }
   at::ScalarType dtype() const { return dtype_; }
