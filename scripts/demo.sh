@@ -83,11 +83,11 @@ if [ "$device" = cuda ]; then
 else
   if [ "$mode" = full ]; then
     model=(--shape llama-3.2-1b --dtype fp32 --context 1024 --max-len 2048 --rounds 20 --calls 1)
-    decode=(--rounds 40 --calls 4)
+    decode=(--rounds 100 --calls 4)
     prompts=(--shape small --max-len 256 --prompts 64 --reps 3)
     context=(--max-len 4096 --rounds 40 --calls 8)
     write=(--rounds 30 --calls 20)
-    hfargs=(--shapes tiny,llama-3.2-1b --prompt-len 32 --new-tokens 8 --rounds 3)
+    hfargs=(--shapes tiny,llama-3.2-1b --prompt-len 32 --new-tokens 8 --rounds 7)
   else
     model=(--shape small --context 1024 --max-len 2048 --rounds 10 --calls 3)
     decode=(--rounds 25 --calls 3)
