@@ -112,7 +112,8 @@ inline const char* to_string(ServeMode mode) {
 
 /// Greedy Generator options for `mode` over a static cache of max_len
 /// positions: every requested token is generated (no EOS stop), and the
-/// prefill is one pass (no chunking).
+/// prefill is one pass (no chunking). Per-length gives every prompt length
+/// and every attended length its own key (decode too): no bucketing at all.
 inline reference::GenerateOptions serve_options(ServeMode mode, int64_t max_len) {
   reference::GenerateOptions options;
   options.cache = reference::CacheKind::kStatic;

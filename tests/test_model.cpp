@@ -221,6 +221,36 @@ TEST_CASE("generate and the model reject bad arguments by name", "[model][errors
   options.max_new_tokens = 4;
   options.max_len = 3;
   require_error([&] { generate(model, {{1}}, options); }, {"max_len", "got 3"});
+  options.max_len = 0;
+  options.max_new_tokens = std::numeric_limits<int64_t>::max();
+  require_error(
+      [&] {
+        generate(model, {{1, 2}}, options);
+      },
+      {"max_new_tokens", "longest prompt (2)", "fits in int64"});
+  {
+    // Per-call limits and bucket options are checked before any work.
+    options.max_new_tokens = 4;
+    Generator session(model, options, /*max_batch=*/1, /*max_len=*/16);
+    require_error(
+        [&] {
+          session.generate({{1, 2}}, std::numeric_limits<int64_t>::max());
+        },
+        {"max_len", "2 + 9223372036854775807", "got 16"});
+    require_error([&] { session.generate({{1, 2}}, -1); }, {"max_new_tokens", ">= 0", "got -1"});
+    GenerateOptions bad = options;
+    bad.prefill_chunk = 5;
+    bad.prompt_buckets = ShapeBuckets::powers_of_two(8);
+    require_error([&] { Generator g(model, bad, 1, 16); },
+                  {"prompt_buckets", "full chunk of 5", "<= 5", "got 8"});
+    bad.prompt_buckets = ShapeBuckets::of({2, 4});
+    require_error([&] { Generator g(model, bad, 1, 16); },
+                  {"prompt_buckets", "largest bucket >= 5", "got 4"});
+    bad.prompt_buckets.reset();
+    bad.attend_buckets = ShapeBuckets::powers_of_two(8);
+    require_error([&] { Generator g(model, bad, 1, 16); },
+                  {"attend_buckets", "largest bucket of 16", "got 8"});
+  }
   const LlamaModel sliding = make_model("tiny-mistral");
   options.max_len = 0;
   options.cache = CacheKind::kStatic;
@@ -230,6 +260,31 @@ TEST_CASE("generate and the model reject bad arguments by name", "[model][errors
   weights.erase("model.layers.1.mlp.up_proj.weight");
   require_error([&] { LlamaModel broken(config, weights); },
                 {"model.layers.1.mlp.up_proj.weight", "missing"});
+}
+
+TEST_CASE("a session serves later calls with their own token limits and batch sizes",
+          "[model][generate]") {
+  const LlamaModel model = make_model("tiny-qwen2");
+  const std::vector<std::vector<int64_t>> prompts = {{5, 9, 14, 2, 77, 31, 8}, {11, 4, 60}};
+  GenerateOptions options;
+  options.max_new_tokens = 8;
+  options.stop_at_eos = false;
+  Generator session(model, options, /*max_batch=*/4, /*max_len=*/32);
+  const GenerateResult full = session.generate(prompts);
+  REQUIRE(full.tokens[0].size() == 8);
+  const GenerateResult shorter = session.generate(prompts, /*max_new_tokens=*/3);
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    CHECK(shorter.tokens[r] ==
+          std::vector<int64_t>(full.tokens[r].begin(), full.tokens[r].begin() + 3));
+  }
+  CHECK(shorter.decode_steps == 2);
+  const GenerateResult alone = session.generate({prompts[1]});
+  CHECK(alone.tokens[0] == full.tokens[1]);
+  // Stats are the session's totals: three calls' prefill passes so far.
+  int64_t prefill_runs = 0;
+  for (const KeyStats& k : session.prefill_stats().keys) prefill_runs += k.runs;
+  CHECK(prefill_runs == 3);
+  CHECK(session.uses_graphs() == false);  // a CPU session runs its buckets eagerly
 }
 
 TEST_CASE("bucketed generation (the GraphRunner path) equals plain eager generation",

@@ -72,7 +72,8 @@ inline at::Tensor reference_attention(const at::Tensor& query, const at::Tensor&
 }
 
 /// Fused attention (scaled_dot_product_attention with enable_gqa). mask:
-/// a Step's bool mask(layer) or, faster, its additive_mask(layer).
+/// a Step's bool mask(layer) or, faster, its additive_mask(layer). A float
+/// mask is added to the scores, as in sdpa: a 0/1 float mask blocks nothing.
 inline at::Tensor sdpa_attention(const at::Tensor& query, const at::Tensor& keys,
                                  const at::Tensor& values, const at::Tensor& mask) {
   detail::check_attention_args(query, keys, values, mask, /*allow_additive=*/true);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 namespace statickv::reference {
 
@@ -116,6 +117,12 @@ Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t m
   TORCH_CHECK(prompt_buckets.max() >= s.chunk,
               "prompt_buckets: expected a largest bucket >= ", s.chunk,
               " (the prefill chunk) but got ", prompt_buckets.max());
+  // A full chunk pads to round_up(chunk): the cache must take that many.
+  const int64_t padded_chunk = prompt_buckets.round_up(s.chunk, "prompt_buckets");
+  TORCH_CHECK(padded_chunk <= s.cache->config().chunk_limit(),
+              "prompt_buckets: expected the bucket serving a full chunk of ", s.chunk,
+              " tokens to be <= ", s.cache->config().chunk_limit(),
+              " (the cache's max_chunk) but got ", padded_chunk);
   TORCH_CHECK(attend_buckets.max() == max_len, "attend_buckets: expected a largest bucket of ",
               max_len, " (max_len) but got ", attend_buckets.max());
   const std::vector<InputSpec> inputs = {{"ids", at::kLong, {}, 0},
@@ -162,6 +169,10 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
   const int64_t b = static_cast<int64_t>(prompts.size());
   TORCH_CHECK(options.max_batch == 0 || options.max_batch >= b, "max_batch: expected 0 or >= ", b,
               " (the number of prompts) but got ", options.max_batch);
+  TORCH_CHECK(options.max_len > 0 || options.max_new_tokens <= std::numeric_limits<int64_t>::max() -
+                                                                   static_cast<int64_t>(longest),
+              "max_new_tokens: expected a value whose sum with the longest prompt (", longest,
+              ") fits in int64 but got ", options.max_new_tokens);
   const int64_t max_len = options.max_len > 0 ? options.max_len
                                               : static_cast<int64_t>(longest) +
                                                     std::max<int64_t>(options.max_new_tokens, 1);
@@ -194,8 +205,9 @@ GenerateResult Generator::generate(const std::vector<std::vector<int64_t>>& prom
     lens.push_back(static_cast<int64_t>(prompt.size()));
   }
   const int64_t longest = *std::max_element(lens.begin(), lens.end());
-  TORCH_CHECK(longest + new_tokens <= s.max_len, "max_len: expected at least ",
-              longest + new_tokens, " (longest prompt + max_new_tokens) but got ", s.max_len);
+  // Compared as new_tokens <= max_len - longest: the sum may not fit in int64.
+  TORCH_CHECK(new_tokens <= s.max_len - longest, "max_len: expected at least ", longest, " + ",
+              new_tokens, " (longest prompt + max_new_tokens) but got ", s.max_len);
 
   GenerateResult result;
   result.tokens.resize(static_cast<size_t>(b));
