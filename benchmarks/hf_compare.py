@@ -19,8 +19,14 @@ the first token (prefill), decode ms/token, and the paired per-round ratios
 statickv / hf; and whether the generated tokens are identical.
 
 On CUDA, also:
-  hf-compile    the same model with model.forward = torch.compile(
-                model.forward, mode="reduce-overhead", fullgraph=True)
+  hf-compile    the same model through transformers' own compiled path:
+                GenerationConfig(compile_config=CompileConfig(fullgraph=True,
+                mode="reduce-overhead")), which compiles the decode step
+                (torch.compile + CUDA graphs) and runs prefill eagerly. (An
+                earlier version wrapped model.forward in torch.compile itself;
+                on the H200 with transformers 5.17 that failed: the static
+                cache is created lazily inside the first compiled call, so its
+                tensors were CUDA-graph outputs overwritten by the next run.)
   new lengths   for each of --new-lengths (prompt lengths not seen before),
                 the time to the first token of the first request, from a
                 fresh hf-compile model and a fresh statickv server: what a
@@ -47,7 +53,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers import CompileConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM  # noqa: E402
 from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -125,16 +131,27 @@ class TokenTimes(BaseStreamer):
 def load_hf(directory, dtype, device, compiled):
     model = LlamaForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="sdpa")
     model = model.to(device).eval()
-    if compiled:
-        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    model.statickv_compiled = compiled  # read by hf_generate
     return model
+
+
+def compile_config(device):
+    """transformers' auto-compile settings for the hf-compile variant."""
+    config = CompileConfig(fullgraph=True, mode="reduce-overhead")
+    if device.type != "cuda":
+        # --cuda-parts-on-cpu: transformers only auto-compiles on accelerators
+        # unless told otherwise (a private switch of its own tests).
+        config._compile_all_devices = True
+    return config
 
 
 def hf_generate(model, prompt, new_tokens, device):
     """One greedy request through HF's static cache: (tokens, first_token_s, decode_s)."""
+    compiled = getattr(model, "statickv_compiled", False)
     config = GenerationConfig(
         do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-        cache_implementation="static", disable_compile=True,
+        cache_implementation="static", disable_compile=not compiled,
+        compile_config=compile_config(device) if compiled else None,
         eos_token_id=None, bos_token_id=None, pad_token_id=0,
     )  # fmt: skip
     ids = torch.tensor([prompt], dtype=torch.long, device=device)
@@ -278,9 +295,11 @@ def new_lengths(args, directory, device, dtype, lengths, deadline, rows, save):
             rows.append(row)
             save()
             print(f"  prompt {n:>5}: first token  hf-compile {first * 1e3:10.1f} ms "
-                  f"(warm {warm * 1e3:.1f})   statickv {reply['first_token_s'] * 1e3:10.1f} ms "
-                  f"(warm {row['statickv_warm_first_token_s'] * 1e3:.1f}, "
-                  f"{reply['captures']} captures so far)", flush=True)
+                  f"(warm {warm * 1e3:.1f}), whole request {row['hf_compile_request_s']:.2f} s"
+                  f"   statickv {reply['first_token_s'] * 1e3:10.1f} ms "
+                  f"(warm {row['statickv_warm_first_token_s'] * 1e3:.1f}), whole request "
+                  f"{row['statickv_request_s']:.2f} s, {reply['captures']} captures so far",
+                  flush=True)
     finally:
         server.close()
 

@@ -3,7 +3,7 @@
 # runs on a GPU machine that has PyTorch (LibTorch), CUDA, CMake and ninja
 # but no fmt, Catch2 or nlohmann-json, and no network.
 #
-#   bash benchmarks/gpu/prep.sh [--hf-wheels 3.10,3.11,3.12]
+#   bash benchmarks/gpu/prep.sh [--hf-wheels 3.11,3.12,3.13]
 #
 # 1. ../shared/tools/device-prep.sh: Debian's fmt and Catch2 unpacked into
 #    .devdeps/, and .devdeps/gpu-build.sh (configure + build into build-gpu/).

@@ -3,9 +3,9 @@
 # benchmark, and leaves the results under $OUT, in under 8 minutes.
 #
 # On the GPU machine (device tool), from the project root, after
-# `bash benchmarks/gpu/prep.sh --hf-wheels 3.10,3.11,3.12,3.13` here:
+# `bash benchmarks/gpu/prep.sh --hf-wheels 3.11,3.12,3.13` here:
 # carry [".devdeps"], command
-#   bash benchmarks/gpu/run_gpu.sh            (timeout_s ~ 540)
+#   bash benchmarks/gpu/run_gpu.sh            (timeout_s ~ 540; 480 with --budget 420)
 #
 # $OUT receives at most 8 files (the device tool's limit):
 #   run.log            everything printed, stage by stage, with timings
