@@ -124,8 +124,7 @@ class CacheBase {
       flat_keys_.push_back(keys_.back().view({-1, config_.head_dim}));
       flat_values_.push_back(values_.back().view({-1, config_.head_dim}));
     }
-    attend_value_ = at::zeros({}, data_opts);
-    blocked_value_ = at::full({}, detail::lowest_value(config_.dtype), data_opts);
+    mask_values_ = detail::additive_values(config_.dtype, config_.device);
     layer_group_ = std::make_shared<const std::vector<int64_t>>(std::move(layer_group));
     seq_lengths_ = at::zeros({config_.max_batch}, long_opts);
     // A "cuda" device without an index becomes the device actually used.
@@ -214,7 +213,7 @@ class CacheBase {
       at::Tensor mask = seen.le(query).logical_and_(seen.ge(0));  // [b, 1, q, L]
       if (policy.window() > 0) mask.logical_and_(query.sub(seen).lt(policy.window()));
       planned.mask = mask;
-      planned.additive = at::where(mask, attend_value_, blocked_value_);
+      planned.additive = at::where(mask, mask_values_.attend, mask_values_.blocked);
       if (step.per_row_) {
         planned.slots = slots;
         planned.flat_index =
@@ -447,7 +446,7 @@ class CacheBase {
   std::vector<at::Tensor> keys_;    // per layer [max_batch, kv_heads, capacity + 1, head_dim]
   std::vector<at::Tensor> values_;  // per layer, same shape
   std::vector<at::Tensor> flat_keys_, flat_values_;  // per layer, [-1, head_dim] aliases
-  at::Tensor attend_value_, blocked_value_;          // [] in dtype: 0 and the lowest finite
+  detail::AdditiveValues mask_values_;               // [] each, in dtype on the device
   at::Tensor seq_lengths_;                           // [max_batch], int64
   uint64_t generation_ = 0;
 };

@@ -32,6 +32,19 @@ inline double lowest_value(at::ScalarType dtype) {
   }
 }
 
+// The two values of an additive mask as 0-dim tensors in `dtype` on
+// `device`: 0 (attend) and the dtype's lowest finite value (blocked). With
+// them, at::where(mask, attend, blocked) makes the mask in one op; a cache
+// makes them once and reuses them every step.
+struct AdditiveValues {
+  at::Tensor attend, blocked;
+};
+
+inline AdditiveValues additive_values(at::ScalarType dtype, const at::Device& device) {
+  const auto opts = at::TensorOptions().dtype(dtype).device(device);
+  return {at::zeros({}, opts), at::full({}, lowest_value(dtype), opts)};
+}
+
 inline void check_bool_mask(const at::Tensor& mask) {
   TORCH_CHECK(mask.defined() && mask.scalar_type() == at::kBool,
               "mask: expected a Bool tensor but got ",
@@ -48,9 +61,8 @@ inline at::Tensor additive_mask(const at::Tensor& mask, at::ScalarType dtype) {
   TORCH_CHECK(mask.defined() && mask.scalar_type() == at::kBool,
               "mask: expected a defined Bool tensor but got ",
               mask.defined() ? c10::toString(mask.scalar_type()) : "undefined");
-  const double lowest = detail::lowest_value(dtype);
-  const auto opts = mask.options().dtype(dtype);
-  return at::where(mask, at::zeros({}, opts), at::full({}, lowest, opts));
+  const detail::AdditiveValues values = detail::additive_values(dtype, mask.device());
+  return at::where(mask, values.attend, values.blocked);
 }
 
 /// Masks out keys a user marks as padding. key_keep: bool [b, kv], true =

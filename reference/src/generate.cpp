@@ -276,8 +276,8 @@ GenerateResult Generator::generate(const std::vector<std::vector<int64_t>>& prom
       if (!last.defined()) {
         last = out.clone();
       } else {
-        const at::Tensor rows = at::tensor(ending, at::TensorOptions().dtype(at::kLong));
-        last.index_copy_(0, rows.to(device), out.index_select(0, rows.to(device)));
+        const at::Tensor rows = at::tensor(ending, at::TensorOptions().dtype(at::kLong)).to(device);
+        last.index_copy_(0, rows, out.index_select(0, rows));
       }
     }
     accept(last);
