@@ -36,8 +36,15 @@ int main() {
   // Prefill: row 0 has 5 prompt tokens, row 1 has 3 (padded with -1).
   forward(at::tensor(std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2, -1, -1}).view({2, 5}),
           /*live_batch=*/2);
-  // Decode 4 tokens; each row continues at its own position.
-  for (int i = 0; i < 4; ++i) forward(cache.seq_lengths().narrow(0, 0, 2).view({2, 1}), 2);
+  // Decode 4 tokens; each row continues at its own position. The positions
+  // are a copy: prepare() advances seq_lengths in place, and refuses a view
+  // of it, whose values would change under the caller (who applies rotary
+  // embeddings with them, say).
+  for (int i = 0; i < 4; ++i) {
+    const at::Tensor next = cache.seq_lengths().narrow(0, 0, 2).view({2, 1}).clone();
+    forward(next, 2);
+    if (!at::equal(next, at::tensor(std::vector<int64_t>{5 + i, 3 + i}).view({2, 1}))) return 1;
+  }
   std::printf("after decode: seq_lengths = %lld, %lld\n",
               static_cast<long long>(cache.seq_lengths()[0].item<int64_t>()),
               static_cast<long long>(cache.seq_lengths()[1].item<int64_t>()));

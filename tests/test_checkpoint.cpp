@@ -118,10 +118,13 @@ const char* kTinyConfigV5 = R"({
 })";
 
 // "tiny" as older transformers write it: top-level rope_theta, rope_scaling
-// null, no head_dim.
+// null, no head_dim. (Token ids null as in kTinyConfigV5: absent, they would
+// take LlamaConfig's defaults, 1 and 2.)
 const char* kTinyConfigV4 = R"({
   "architectures": ["LlamaForCausalLM"],
   "attention_bias": false,
+  "bos_token_id": null,
+  "eos_token_id": null,
   "hidden_act": "silu",
   "hidden_size": 64,
   "intermediate_size": 128,
@@ -391,15 +394,17 @@ TEST_CASE("loading in another dtype converts every weight", "[checkpoint]") {
   }
 }
 
-TEST_CASE("tensors a checkpoint file has beyond the model's are ignored", "[checkpoint]") {
+TEST_CASE("rotary inv_freq buffers in a checkpoint are derived, not weights: skipped, not refused",
+          "[checkpoint]") {
   TempDir tmp;
   Weights weights = tiny_weights();
   weights["model.layers.0.self_attn.rotary_emb.inv_freq"] = at::ones({8});
+  weights["model.rotary_emb.inv_freq"] = at::ones({8});
   write_tiny_checkpoint(tmp, weights);
 
   const Checkpoint loaded = load_checkpoint(tmp.dir(), at::kFloat, at::kCPU);
   CHECK(loaded.weights.count("model.layers.0.self_attn.rotary_emb.inv_freq") == 0);
-  CHECK(loaded.weights.size() == weights.size() - 1);
+  CHECK(loaded.weights.size() == weights.size() - 2);
 }
 
 TEST_CASE("a tied checkpoint needs no lm_head.weight", "[checkpoint]") {
@@ -515,11 +520,151 @@ TEST_CASE("head_dim null or absent is hidden_size / num_attention_heads, else re
             .head_dim == 32);
 }
 
-TEST_CASE("llama reads attention_bias, false when absent", "[checkpoint]") {
+TEST_CASE("llama's attention_bias puts biases on q, k, v and o; false when absent",
+          "[checkpoint]") {
   TempDir tmp;
-  CHECK_FALSE(config_from_text(tmp, tiny_config_with(R"("model_type": "llama")")).attention_bias);
-  CHECK(config_from_text(tmp, tiny_config_with(R"("model_type": "llama", "attention_bias": true)"))
-            .attention_bias);
+  const ModelConfig plain = config_from_text(tmp, tiny_config_with(R"("model_type": "llama")"));
+  CHECK_FALSE(plain.attention_bias);
+  CHECK_FALSE(plain.o_proj_bias);
+  const ModelConfig biased =
+      config_from_text(tmp, tiny_config_with(R"("model_type": "llama", "attention_bias": true)"));
+  CHECK(biased.attention_bias);
+  CHECK(biased.o_proj_bias);
+  const auto params = expected_parameters(biased);
+  const std::map<std::string, std::vector<int64_t>> shapes(params.begin(), params.end());
+  CHECK(shapes.at("model.layers.3.self_attn.o_proj.bias") == std::vector<int64_t>{64});
+  CHECK(shapes.at("model.layers.3.self_attn.q_proj.bias") == std::vector<int64_t>{64});
+}
+
+TEST_CASE("mistral ignores attention_bias: its projections have no biases", "[checkpoint]") {
+  TempDir tmp;
+  const ModelConfig c =
+      config_from_text(tmp, tiny_config_with(R"("model_type": "mistral", "attention_bias": true)"));
+  CHECK_FALSE(c.attention_bias);
+  CHECK_FALSE(c.o_proj_bias);
+}
+
+// Note [layer types per model type] (reference/src/checkpoint.cpp): each
+// model type reads layer_types and sliding_window as transformers 5.24 does.
+TEST_CASE("llama ignores layer_types and sliding_window: every layer is full", "[checkpoint]") {
+  TempDir tmp;
+  const ModelConfig c = config_from_text(tmp, tiny_config_with(R"("model_type": "llama",
+    "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"])"));
+  CHECK_FALSE(c.has_sliding());
+  CHECK(c.sliding_window == 0);
+}
+
+TEST_CASE("mistral ignores layer_types and slides every layer, by 4096 when the window is absent",
+          "[checkpoint]") {
+  TempDir tmp;
+  const ModelConfig listed = config_from_text(tmp, tiny_config_with(R"("model_type": "mistral",
+    "sliding_window": 8, "layer_types": ["full_attention", "full_attention",
+                                         "full_attention", "full_attention"])"));
+  CHECK(listed.layer_types == all_sliding(4));
+  CHECK(listed.sliding_window == 8);
+  const ModelConfig absent = config_from_text(tmp, tiny_config_with(R"("model_type": "mistral")"));
+  CHECK(absent.layer_types == all_sliding(4));
+  CHECK(absent.sliding_window == 4096);
+}
+
+TEST_CASE("qwen2 with use_sliding_window and no max_window_layers slides from layer 28 on",
+          "[checkpoint]") {
+  TempDir tmp;
+  const ModelConfig c = config_from_text(tmp, R"({"model_type": "qwen2",
+    "vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 30,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "use_sliding_window": true,
+    "sliding_window": 8})");
+  std::vector<LayerType> expected(28, LayerType::kFull);
+  expected.push_back(LayerType::kSliding);
+  expected.push_back(LayerType::kSliding);
+  CHECK(c.layer_types == expected);
+  CHECK(c.sliding_window == 8);
+}
+
+TEST_CASE("qwen2 applies layer_types as written when it has a window", "[checkpoint]") {
+  TempDir tmp;
+  const ModelConfig c = config_from_text(tmp, tiny_config_with(R"("model_type": "qwen2",
+    "use_sliding_window": true, "sliding_window": 8, "max_window_layers": 3,
+    "layer_types": ["sliding_attention", "full_attention", "sliding_attention",
+                    "full_attention"])"));
+  using T = LayerType;
+  CHECK(c.layer_types == std::vector<T>{T::kSliding, T::kFull, T::kSliding, T::kFull});
+}
+
+TEST_CASE("a field config.json leaves out takes its model type's config class default",
+          "[checkpoint]") {
+  TempDir tmp;
+  struct Case {
+    const char* type;
+    int64_t vocab, intermediate, kv_heads, max_positions;
+    std::vector<int64_t> eos;
+    int64_t bos;
+  };
+  for (const Case& k : {Case{"llama", 32000, 11008, 32, 2048, {2}, 1},
+                        Case{"mistral", 32000, 14336, 8, 131072, {2}, 1},
+                        Case{"qwen2", 151936, 22016, 32, 32768, {}, -1}}) {
+    INFO(k.type);
+    const ModelConfig c =
+        config_from_text(tmp, std::string(R"({"model_type": ")") + k.type + R"("})");
+    CHECK(c.vocab_size == k.vocab);
+    CHECK(c.hidden_size == 4096);
+    CHECK(c.intermediate_size == k.intermediate);
+    CHECK(c.num_hidden_layers == 32);
+    CHECK(c.num_attention_heads == 32);
+    CHECK(c.num_key_value_heads == k.kv_heads);
+    CHECK(c.head_dim == 128);
+    CHECK(c.max_position_embeddings == k.max_positions);
+    CHECK(c.rms_norm_eps == 1e-6);
+    CHECK(c.rope.theta == 10000.0);
+    CHECK_FALSE(c.tie_word_embeddings);
+    CHECK(c.eos_token_ids == k.eos);
+    CHECK(c.bos_token_id == k.bos);
+  }
+  // null num_key_value_heads means no grouping in every class.
+  CHECK(config_from_text(tmp, R"({"model_type": "mistral", "num_key_value_heads": null})")
+            .num_key_value_heads == 32);
+}
+
+// ---------------------------------------------------------------------------
+// Tensors the model does not read.
+
+TEST_CASE("a checkpoint with tensors the model ignores is refused, naming every one",
+          "[checkpoint]") {
+  TempDir tmp;
+  Weights weights = tiny_weights();
+  weights["model.layers.0.self_attn.o_proj.bias"] = at::zeros({64});
+  weights["model.layers.1.mlp.gate_proj.bias"] = at::zeros({128});
+  write_tiny_checkpoint(tmp, weights);
+  require_error([&] { load_checkpoint(tmp.dir(), at::kFloat, at::kCPU); },
+                {tmp.dir(), "2 it would ignore", "model.layers.0.self_attn.o_proj.bias",
+                 "model.layers.1.mlp.gate_proj.bias", "allow_unused_tensors"});
+  LoadOptions options;
+  options.allow_unused_tensors = true;
+  const Checkpoint ckpt = load_checkpoint(tmp.dir(), at::kFloat, at::kCPU, options);
+  CHECK(ckpt.weights.count("model.layers.0.self_attn.o_proj.bias") == 0);
+  check_same_weights(ckpt.weights, tiny_weights());
+}
+
+TEST_CASE("a tied checkpoint may also hold lm_head.weight when it equals the embedding",
+          "[checkpoint]") {
+  TempDir tmp;
+  ModelConfig config = named_config("tiny");
+  config.tie_word_embeddings = true;
+  Weights weights = random_weights(config, /*seed=*/1, at::kFloat, at::kCPU);
+  weights["lm_head.weight"] = weights.at("model.embed_tokens.weight").clone();
+  std::string text = kTinyConfigV5;
+  const std::string untied = "\"tie_word_embeddings\": false";
+  text.replace(text.find(untied), untied.size(), "\"tie_word_embeddings\": true");
+  write_text(tmp.file("config.json"), text);
+  write_safetensors(tmp.file("model.safetensors"), weights);
+  CHECK(load_checkpoint(tmp.dir(), at::kFloat, at::kCPU).config.tie_word_embeddings);
+
+  weights["lm_head.weight"] = weights.at("lm_head.weight").add(1.0);
+  write_safetensors(tmp.file("model.safetensors"), weights);
+  LoadOptions options;
+  options.allow_unused_tensors = true;  // a contradiction is refused even so
+  require_error([&] { load_checkpoint(tmp.dir(), at::kFloat, at::kCPU, options); },
+                {"lm_head.weight", "tie_word_embeddings", "different"});
 }
 
 TEST_CASE("load_config names the file and the field of an unusable config", "[checkpoint]") {
@@ -531,17 +676,18 @@ TEST_CASE("load_config names the file and the field of an unusable config", "[ch
   };
   const std::vector<Bad> cases = {
       {tiny_config_with(R"("model_type": "gpt2")"), {"model_type", "\"gpt2\""}},
-      {R"({"model_type": "llama", "hidden_size": 64})", {"vocab_size"}},
+      {R"({"model_type": "llama", "vocab_size": null})", {"vocab_size", "integer", "null"}},
       {tiny_config_with(R"("model_type": "llama", "vocab_size": "big")"), {"vocab_size"}},
       {tiny_config_with(R"("model_type": "llama", "rope_scaling": {"rope_type": "yarn"})"),
        {"rope_scaling.rope_type", "yarn"}},
       {tiny_config_with(R"("model_type": "llama", "rope_scaling": {"rope_type": "llama3"})"),
        {"rope_scaling.factor"}},
-      {tiny_config_with(R"("model_type": "llama", "layer_types": ["full_attention"])"),
-       {"layer_types"}},
-      {tiny_config_with(R"("model_type": "llama", "layer_types": ["sliding_attention",
+      {tiny_config_with(R"("model_type": "qwen2", "use_sliding_window": true,
+          "sliding_window": 8, "layer_types": ["full_attention"])"),
+       {"layer_types", "num_hidden_layers (4)"}},
+      {tiny_config_with(R"("model_type": "qwen2", "layer_types": ["sliding_attention",
           "full_attention", "full_attention", "full_attention"])"),
-       {"sliding_window"}},
+       {"layer_types", "use_sliding_window", "no window"}},
       {tiny_config_with(R"("model_type": "llama", "num_key_value_heads": 3)"),
        {"ModelConfig.num_key_value_heads"}},
       {tiny_config_with(R"("model_type": "llama", "hidden_act": "gelu")"), {"hidden_act"}},

@@ -120,12 +120,26 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "Llama with attention_bias (q, k, v and o biases) generates Hugging Face's tokens and logits, "
+    "ignoring the layer_types and sliding_window Llama's layers ignore",
+    "[hf]") {
+  const std::string dir = model_dir("llama-bias");
+  const Checkpoint ckpt = statickv::reference::load_checkpoint(dir, at::kFloat, at::kCPU);
+  CHECK(ckpt.config.attention_bias);
+  CHECK(ckpt.config.o_proj_bias);
+  REQUIRE_FALSE(ckpt.config.has_sliding());
+  require_hugging_face_results(ckpt, read_expected(dir),
+                               {CacheKind::kStatic, CacheKind::kHybrid, CacheKind::kDynamic});
+}
+
+TEST_CASE(
     "Mistral's sliding window on every layer through HybridCache and DynamicCache generates "
     "Hugging Face's tokens and logits",
     "[hf]") {
   const std::string dir = model_dir("mistral");
   const Checkpoint ckpt = statickv::reference::load_checkpoint(dir, at::kFloat, at::kCPU);
-  // config.json has only "sliding_window": 5, which transformers applies to every layer.
+  // config.json has "sliding_window": 5, which transformers applies to every
+  // layer, and layer_types all full, which Mistral ignores.
   CHECK(ckpt.config.sliding_window == 5);
   CHECK(ckpt.config.layer_types ==
         std::vector<LayerType>{LayerType::kSliding, LayerType::kSliding});
@@ -145,4 +159,29 @@ TEST_CASE(
                                                           LayerType::kSliding,
                                                           LayerType::kSliding});
   require_hugging_face_results(ckpt, read_expected(dir), {CacheKind::kHybrid, CacheKind::kDynamic});
+}
+
+TEST_CASE(
+    "Qwen2 ignores sliding_window without use_sliding_window and generates Hugging Face's tokens "
+    "and logits",
+    "[hf]") {
+  const std::string dir = model_dir("qwen2-nowindow");
+  const Checkpoint ckpt = statickv::reference::load_checkpoint(dir, at::kFloat, at::kCPU);
+  CHECK(ckpt.config.attention_bias);
+  CHECK_FALSE(ckpt.config.o_proj_bias);
+  REQUIRE_FALSE(ckpt.config.has_sliding());
+  require_hugging_face_results(ckpt, read_expected(dir),
+                               {CacheKind::kStatic, CacheKind::kHybrid, CacheKind::kDynamic});
+}
+
+TEST_CASE(
+    "Qwen2 with use_sliding_window and neither layer_types nor max_window_layers takes "
+    "max_window_layers 28 and generates Hugging Face's tokens and logits",
+    "[hf]") {
+  const std::string dir = model_dir("qwen2-defaults");
+  const Checkpoint ckpt = statickv::reference::load_checkpoint(dir, at::kFloat, at::kCPU);
+  // 4 layers, all below layer 28: none slides.
+  REQUIRE_FALSE(ckpt.config.has_sliding());
+  require_hugging_face_results(ckpt, read_expected(dir),
+                               {CacheKind::kStatic, CacheKind::kHybrid, CacheKind::kDynamic});
 }

@@ -19,7 +19,9 @@
 // steps; they read their row arguments on the host to validate them.
 //
 // Every entry point checks all of its arguments before it changes anything:
-// a call that throws leaves buffers and bookkeeping bit-identical.
+// a call that throws leaves buffers and bookkeeping bit-identical. prepare()
+// goes further (Note [prepare is all or nothing]): a failure inside LibTorch
+// after its checks is rolled back too, and earlier Steps stay valid.
 
 #include <statickv/config.hpp>
 #include <statickv/layers.hpp>
@@ -28,10 +30,12 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -84,6 +88,29 @@ inline at::Tensor host_rows(const char* name, const at::Tensor& rows, int64_t ma
 inline uint64_t next_generation() {
   static std::atomic<uint64_t> counter{0};
   return ++counter;
+}
+
+/// Points inside prepare() where a test can make it fail (Note [prepare is
+/// all or nothing]).
+enum class PreparePoint {
+  kBeforeBookkeeping,   ///< slots planned, nothing written yet
+  kAfterSeqLengths,     ///< seq_lengths advanced
+  kAfterSlotPositions,  ///< a layer type's slot_positions written
+  kAfterMasks,          ///< every mask made, generation not yet advanced
+};
+
+/// Test-only fault injection: when set, prepare() calls it at each
+/// PreparePoint, and whatever it throws propagates as a LibTorch failure
+/// would. Process-wide and not synchronized: set it only while no other
+/// thread prepares a step. Empty (no cost but a test) in normal use.
+inline std::function<void(PreparePoint)>& prepare_fault_hook() {
+  static std::function<void(PreparePoint)> hook;
+  return hook;
+}
+
+inline void prepare_fault_point(PreparePoint point) {
+  const auto& hook = prepare_fault_hook();
+  if (hook) hook(point);
 }
 
 }  // namespace detail
@@ -141,42 +168,25 @@ class CacheBase {
   ///
   /// cache_position: int64 [q] (every live row at the same positions) or
   /// [live_batch, q] (each row at its own positions); a negative position is
-  /// a padded token. live_batch: rows 0..live_batch-1 take part.
+  /// a padded token. It must not share memory with the cache (a view of
+  /// seq_lengths() would change under the caller when prepare() advances it;
+  /// pass a copy). live_batch: rows 0..live_batch-1 take part.
   /// attend_len: full layers expose slots [0, attend_len) (default max_len),
   /// so attention cost can follow the real length.
   Step prepare(const at::Tensor& cache_position, int64_t live_batch, int64_t attend_len = -1) {
     // All checks first: nothing below may throw on user input.
-    const int64_t max_batch = config_.max_batch;
-    TORCH_CHECK(live_batch >= 1 && live_batch <= max_batch,
-                "live_batch: expected a value in [1, max_batch=", max_batch, "] but got ",
-                live_batch);
-    detail::check_tensor("cache_position", cache_position, at::kLong, config_.device);
-    TORCH_CHECK(cache_position.dim() == 1 || cache_position.dim() == 2,
-                "cache_position: expected shape [q] or [live_batch, q] but got ",
-                cache_position.sizes());
-    TORCH_CHECK(cache_position.dim() == 1 || cache_position.size(0) == live_batch,
-                "cache_position: expected ", live_batch, " rows (live_batch) but got shape ",
-                cache_position.sizes());
-    const int64_t q = cache_position.size(-1);
-    TORCH_CHECK(q >= 1 && q <= config_.chunk_limit(),
-                "cache_position: expected between 1 and max_chunk=", config_.chunk_limit(),
-                " positions per row but got ", q);
+    check_prepare(cache_position, live_batch, attend_len);
     const int64_t attend = attend_len < 0 ? config_.max_len : attend_len;
-    TORCH_CHECK(attend_len == -1 || (attend_len >= 1 && attend_len <= config_.max_len),
-                "attend_len: expected -1 (max_len) or a value in [1, max_len=", config_.max_len,
-                "] but got ", attend_len);
     if (config_.check_position_values && cache_position.device().is_cpu()) {
       check_position_values(cache_position, attend);
     }
 
     Step step;
     step.owner_ = this;
-    generation_ = detail::next_generation();
-    step.generation_ = generation_;
     step.layer_group_ = layer_group_;
     step.positions_ = cache_position;
     step.live_batch_ = live_batch;
-    step.query_len_ = q;
+    step.query_len_ = cache_position.size(-1);
     step.attend_len_ = attend;
     step.per_row_ = cache_position.dim() == 2;
 
@@ -186,49 +196,25 @@ class CacheBase {
     // decode step on a CPU is short enough that every op's fixed cost shows,
     // so each line below does its work in as few ops as it can.)
     const at::Tensor pos = step.per_row_ ? cache_position : cache_position.unsqueeze(0);
-    const int64_t rows = pos.size(0);
     const at::Tensor sane = at::where(pos.lt(config_.max_len), pos, -1).clamp_min_(-1);
-
-    at::Tensor seq = seq_lengths_.narrow(0, 0, live_batch);
-    at::maximum_out(seq, seq, sane.amax(1).add_(1));
-
-    const at::Tensor query = sane.view({rows, 1, q, 1});
-    for (Group& group : groups_) {
-      const LayerPolicy& policy = *group.policy;
-      const int64_t slots_len = policy.buffer_len();
-      at::Tensor slots = policy.slots_of(sane);
-      if (q > 1) slots = newest_wins(slots, sane, slots_len);
-      at::Tensor rows_pos = group.slot_positions.narrow(0, 0, live_batch);
-      if (rows == live_batch) {
-        rows_pos.scatter_(1, slots, sane);
-      } else {
-        rows_pos.scatter_(1, slots.expand({live_batch, q}), sane.expand({live_batch, q}));
-      }
-
-      Step::Group planned;
-      planned.view_len = policy.view_len(attend);
-      // [live_batch, 1, 1, view_len]: the slot positions the views expose.
-      const at::Tensor seen = group.slot_positions.as_strided({live_batch, 1, 1, planned.view_len},
-                                                              {slots_len, 1, 1, 1});
-      at::Tensor mask = seen.le(query).logical_and_(seen.ge(0));  // [b, 1, q, L]
-      if (policy.window() > 0) mask.logical_and_(query.sub(seen).lt(policy.window()));
-      planned.mask = mask;
-      planned.additive = at::where(mask, mask_values_.attend, mask_values_.blocked);
-      if (step.per_row_) {
-        planned.slots = slots;
-        planned.flat_index =
-            group.row_head_base.narrow(0, 0, live_batch).add(slots.unsqueeze(1)).view(-1);
-      } else {
-        planned.slots = slots.squeeze(0);
-      }
-      step.groups_.push_back(std::move(planned));
+    std::vector<at::Tensor> slots;  // per group [rows, q]
+    for (const Group& group : groups_) {
+      at::Tensor s = group.policy->slots_of(sane);
+      if (step.query_len_ > 1) s = newest_wins(s, sane, group.policy->buffer_len());
+      slots.push_back(std::move(s));
     }
+    detail::prepare_fault_point(detail::PreparePoint::kBeforeBookkeeping);
+    advance(step, sane, slots, attend);
+    // Only a step that fully succeeded makes earlier Steps stale.
+    generation_ = detail::next_generation();
+    step.generation_ = generation_;
     return step;
   }
 
   /// Writes one layer's new keys and values (one index_copy_ each) and returns
   /// views of the live rows. key/value: [live_batch, kv_heads, q, head_dim].
   KV update(int64_t layer, const at::Tensor& key, const at::Tensor& value, const Step& step) {
+    check_mutable("update");
     check_layer(layer);
     TORCH_CHECK(step.owner_ == this,
                 "step: expected a Step made by this cache's prepare() but got ",
@@ -270,6 +256,7 @@ class CacheBase {
 
   /// Empties every row and zeroes every buffer, in place.
   void reset() {
+    check_mutable("reset");
     generation_ = detail::next_generation();
     for (auto& t : keys_) t.zero_();
     for (auto& t : values_) t.zero_();
@@ -277,20 +264,27 @@ class CacheBase {
     seq_lengths_.zero_();
   }
 
-  /// Empties the given rows (int64 [n], distinct, any device). Their stale
-  /// data stays in the buffers but is never attended: masks follow
-  /// slot_positions.
+  /// Empties the given rows (int64 [n], distinct, any device): each becomes
+  /// exactly a row of a freshly built cache. Note [a reset row is a fresh
+  /// row]: its key and value slots, the scratch slot included, are zeroed
+  /// too, not only its bookkeeping, since a masked NaN or Inf left there
+  /// would still reach the next sequence's attention output. Costs one
+  /// row-sized fill per buffer (2 per layer), device ops only.
   void reset_rows(const at::Tensor& rows) {
+    check_mutable("reset_rows");
     const at::Tensor index =
         detail::host_rows("rows", rows, config_.max_batch, /*allow_duplicates=*/false)
             .to(config_.device);
     generation_ = detail::next_generation();
+    for (auto& t : keys_) t.index_fill_(0, index, 0);
+    for (auto& t : values_) t.index_fill_(0, index, 0);
     for (auto& g : groups_) g.slot_positions.index_fill_(0, index, -1);
     seq_lengths_.index_fill_(0, index, 0);
   }
 
   /// Makes row `dst` a copy of row `src` (fork a prefilled prompt).
   void copy_row(int64_t src, int64_t dst) {
+    check_mutable("copy_row");
     TORCH_CHECK(src >= 0 && src < config_.max_batch,
                 "src: expected a row in [0, max_batch=", config_.max_batch, ") but got ", src);
     TORCH_CHECK(dst >= 0 && dst < config_.max_batch,
@@ -307,6 +301,7 @@ class CacheBase {
   /// Beam-search reorder in place: row i becomes old row indices[i], for
   /// i < n = indices.numel(); rows past n are untouched. Repeats are allowed.
   void reorder(const at::Tensor& indices) {
+    check_mutable("reorder");
     const at::Tensor index =
         detail::host_rows("indices", indices, config_.max_batch, /*allow_duplicates=*/true)
             .to(config_.device);
@@ -396,6 +391,118 @@ class CacheBase {
   }
 
  private:
+  // Every check of prepare()'s arguments, before anything is computed.
+  void check_prepare(const at::Tensor& cache_position, int64_t live_batch,
+                     int64_t attend_len) const {
+    check_mutable("prepare");
+    const int64_t max_batch = config_.max_batch;
+    TORCH_CHECK(live_batch >= 1 && live_batch <= max_batch,
+                "live_batch: expected a value in [1, max_batch=", max_batch, "] but got ",
+                live_batch);
+    detail::check_tensor("cache_position", cache_position, at::kLong, config_.device);
+    TORCH_CHECK(cache_position.dim() == 1 || cache_position.dim() == 2,
+                "cache_position: expected shape [q] or [live_batch, q] but got ",
+                cache_position.sizes());
+    TORCH_CHECK(cache_position.dim() == 1 || cache_position.size(0) == live_batch,
+                "cache_position: expected ", live_batch, " rows (live_batch) but got shape ",
+                cache_position.sizes());
+    const int64_t q = cache_position.size(-1);
+    TORCH_CHECK(q >= 1 && q <= config_.chunk_limit(),
+                "cache_position: expected between 1 and max_chunk=", config_.chunk_limit(),
+                " positions per row but got ", q);
+    TORCH_CHECK(attend_len == -1 || (attend_len >= 1 && attend_len <= config_.max_len),
+                "attend_len: expected -1 (max_len) or a value in [1, max_len=", config_.max_len,
+                "] but got ", attend_len);
+    TORCH_CHECK(!aliases_bookkeeping(cache_position),
+                "cache_position: expected a tensor that does not share memory with the cache "
+                "but got a view of its bookkeeping (seq_lengths() or slot_positions()), which "
+                "prepare() advances in place, so the positions would change under the caller; "
+                "pass a copy, e.g. seq_lengths().narrow(0, 0, b).view({b, 1}).clone()");
+  }
+
+  bool aliases_bookkeeping(const at::Tensor& t) const {
+    if (t.is_alias_of(seq_lengths_)) return true;
+    for (const Group& g : groups_) {
+      if (t.is_alias_of(g.slot_positions)) return true;
+    }
+    return false;
+  }
+
+  // A cache built under c10::InferenceMode holds inference tensors, which
+  // LibTorch refuses to modify outside it; say so before anything runs
+  // instead of failing halfway through an entry point.
+  void check_mutable(const char* entry_point) const {
+    TORCH_CHECK(!seq_lengths_.is_inference() || c10::InferenceMode::is_enabled(), entry_point,
+                ": expected c10::InferenceMode to be on, since this cache was built under it "
+                "(its buffers are inference tensors, which LibTorch only modifies in "
+                "InferenceMode), but it is off; call every cache operation under "
+                "c10::InferenceMode, or build the cache outside it");
+  }
+
+  // Note [prepare is all or nothing]: prepare() writes seq_lengths and each
+  // layer type's slot_positions in place, then makes masks. If anything
+  // throws after its checks (LibTorch refusing an op, an allocation failing,
+  // a test's fault hook), the written bookkeeping is restored from values
+  // saved just before each write (b entries of seq_lengths; the [rows, q]
+  // slot positions about to be overwritten) and the generation is not
+  // advanced, so the cache and every earlier Step are as they were. Saving
+  // costs two small ops per step (a clone and one gather per layer type).
+  void advance(Step& step, const at::Tensor& sane, const std::vector<at::Tensor>& slots,
+               int64_t attend) {
+    const int64_t b = step.live_batch_;
+    at::Tensor seq = seq_lengths_.narrow(0, 0, b);
+    const at::Tensor old_seq = seq.clone();
+    std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (slots, old values) per group
+    try {
+      at::maximum_out(seq, seq, sane.amax(1).add_(1));
+      detail::prepare_fault_point(detail::PreparePoint::kAfterSeqLengths);
+      for (size_t g = 0; g < groups_.size(); ++g) {
+        const bool shared = sane.size(0) != b;  // [1, q] positions for every row
+        const at::Tensor index = shared ? slots[g].expand({b, step.query_len_}) : slots[g];
+        at::Tensor rows_pos = groups_[g].slot_positions.narrow(0, 0, b);
+        written.emplace_back(index, rows_pos.gather(1, index));
+        rows_pos.scatter_(1, index, shared ? sane.expand({b, step.query_len_}) : sane);
+        detail::prepare_fault_point(detail::PreparePoint::kAfterSlotPositions);
+      }
+      for (size_t g = 0; g < groups_.size(); ++g) {
+        step.groups_.push_back(plan_group(groups_[g], step, sane, slots[g], attend));
+      }
+      detail::prepare_fault_point(detail::PreparePoint::kAfterMasks);
+    } catch (...) {
+      for (size_t g = written.size(); g-- > 0;) {
+        groups_[g].slot_positions.narrow(0, 0, b).scatter_(1, written[g].first, written[g].second);
+      }
+      seq.copy_(old_seq);
+      throw;
+    }
+  }
+
+  // One layer type's part of a step: masks over the slot positions the
+  // views expose, and the flat write index for per-row positions.
+  Step::Group plan_group(const Group& group, const Step& step, const at::Tensor& sane,
+                         const at::Tensor& slots, int64_t attend) const {
+    const LayerPolicy& policy = *group.policy;
+    const int64_t b = step.live_batch_;
+    const int64_t slots_len = policy.buffer_len();
+    Step::Group planned;
+    planned.view_len = policy.view_len(attend);
+    // [b, 1, 1, view_len]: the slot positions the views expose.
+    const at::Tensor seen =
+        group.slot_positions.as_strided({b, 1, 1, planned.view_len}, {slots_len, 1, 1, 1});
+    const at::Tensor query = sane.view({sane.size(0), 1, step.query_len_, 1});
+    at::Tensor mask = seen.le(query).logical_and_(seen.ge(0));  // [b, 1, q, L]
+    if (policy.window() > 0) mask.logical_and_(query.sub(seen).lt(policy.window()));
+    planned.mask = mask;
+    planned.additive = at::where(mask, mask_values_.attend, mask_values_.blocked);
+    if (step.per_row_) {
+      planned.slots = slots;
+      planned.flat_index = group.row_head_base.narrow(0, 0, b).add(slots.unsqueeze(1)).view(-1);
+    } else {
+      planned.slots = slots.squeeze(0);
+    }
+    return planned;
+  }
+
   // Note [newest wins]: two tokens of one row may map to one slot in a step
   // (a ring chunk longer than the ring's spare room, or a repeated position).
   // Writes with duplicate indices race on a GPU, so only the newest position

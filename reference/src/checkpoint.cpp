@@ -173,16 +173,18 @@ void read_rope(const std::string& path, const Json& object, const std::string& n
   }
 }
 
-std::vector<int64_t> read_eos(const std::string& path, const Json& json) {
+/// eos_token_id: an int or a list; absent takes the class default, null is none.
+std::vector<int64_t> read_eos(const std::string& path, const Json& json,
+                              const std::vector<int64_t>& absent) {
+  auto it = json.find("eos_token_id");
+  if (it == json.end()) return absent;
   std::vector<int64_t> ids;
-  if (!has(json, "eos_token_id")) return ids;
-  const Json& eos = json["eos_token_id"];
-  if (eos.is_array()) {
-    for (size_t i = 0; i < eos.size(); ++i) {
-      ids.push_back(as_int(path, eos[i], "eos_token_id[" + std::to_string(i) + "]"));
+  if (it->is_array()) {
+    for (size_t i = 0; i < it->size(); ++i) {
+      ids.push_back(as_int(path, (*it)[i], "eos_token_id[" + std::to_string(i) + "]"));
     }
-  } else {
-    ids.push_back(as_int(path, eos, "eos_token_id"));
+  } else if (!it->is_null()) {
+    ids.push_back(as_int(path, *it, "eos_token_id"));
   }
   return ids;
 }
@@ -207,34 +209,160 @@ std::vector<LayerType> read_layer_types(const std::string& path, const Json& jso
   return out;
 }
 
-/// Which layers slide, following each model type's Hugging Face rules.
-/// Note [Qwen2 sliding window]: Qwen2 configs carry sliding_window even when
-/// use_sliding_window is false; transformers then ignores it (and any
-/// sliding entries of layer_types), so every layer is full.
+// Note [layer types per model type]: which layers slide is decided as
+// transformers 5.24 decides it for each model type, not by one rule for all:
+//
+//   llama    layer_types and sliding_window are ignored: every layer is full.
+//   mistral  layer_types is ignored (transformers warns); sliding_window,
+//            when not null (absent means the class default 4096), applies
+//            to every layer.
+//   qwen2    the window exists only with use_sliding_window: true (else it
+//            is null whatever sliding_window says); layer_types is applied
+//            as written, and when absent it is "sliding from layer
+//            max_window_layers on" (default 28) if there is a window, else
+//            all full. A sliding entry without a window is refused:
+//            transformers raises at the first forward pass.
+//
+// docs/checkpoints.md has the same table; tests/hf cross-checks each case.
+
+/// sliding_window as a model type's config class reads it: absent takes the
+/// class default, null (or a window the type does not use) is 0.
+int64_t read_window(const std::string& path, const Json& json, int64_t class_default) {
+  auto it = json.find("sliding_window");
+  if (it == json.end()) return class_default;
+  if (it->is_null()) return 0;
+  return as_int(path, *it, "sliding_window");
+}
+
 void read_layers(const std::string& path, const Json& json, ModelConfig& config) {
   const int64_t layers = config.num_hidden_layers;
-  const bool qwen2 = config.model_type == "qwen2";
-  const bool qwen2_window = qwen2 && has(json, "use_sliding_window") &&
-                            as_bool(path, json["use_sliding_window"], "use_sliding_window");
   config.layer_types.clear();
+  config.sliding_window = 0;
+  if (config.model_type == "mistral") {
+    config.sliding_window = read_window(path, json, /*class_default=*/4096);
+    if (config.sliding_window != 0) config.layer_types = all_sliding(layers);
+    return;
+  }
+  if (config.model_type != "qwen2") return;  // llama: all full
+  const bool use_window = has(json, "use_sliding_window") &&
+                          as_bool(path, json["use_sliding_window"], "use_sliding_window");
+  const int64_t window = use_window ? read_window(path, json, /*class_default=*/4096) : 0;
   if (has(json, "layer_types")) {
     config.layer_types = read_layer_types(path, json);
     TORCH_CHECK(static_cast<int64_t>(config.layer_types.size()) == layers, path,
                 ": expected field \"layer_types\" to have num_hidden_layers (", layers,
                 ") entries but got ", config.layer_types.size());
-    if (qwen2 && !qwen2_window)
-      config.layer_types.assign(config.layer_types.size(), LayerType::kFull);
-  } else if (config.model_type == "mistral" && has(json, "sliding_window")) {
-    config.layer_types = all_sliding(layers);
-  } else if (qwen2_window) {
-    const int64_t first = required_int(path, json, "max_window_layers", "max_window_layers");
+    TORCH_CHECK(window != 0 || !config.has_sliding(), path,
+                ": expected \"layer_types\" without sliding_attention entries, or "
+                "\"use_sliding_window\": true with a \"sliding_window\", but got sliding layers "
+                "with no window (use_sliding_window ",
+                use_window ? "true, sliding_window null" : "false", ")");
+  } else if (window != 0) {
+    const int64_t first = has(json, "max_window_layers")
+                              ? as_int(path, json["max_window_layers"], "max_window_layers")
+                              : 28;  // Qwen2Config's default
     for (int64_t i = 0; i < layers; ++i) {
       config.layer_types.push_back(i >= first ? LayerType::kSliding : LayerType::kFull);
     }
   }
-  config.sliding_window = 0;
-  if (config.has_sliding()) {
-    config.sliding_window = required_int(path, json, "sliding_window", "sliding_window");
+  if (config.has_sliding()) config.sliding_window = window;
+}
+
+/// What transformers 5.24's config class of each model type assumes for a
+/// field that config.json leaves out (LlamaConfig, MistralConfig,
+/// Qwen2Config). kv_heads 0: as many as num_attention_heads.
+struct ClassDefaults {
+  int64_t vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads;
+  int64_t num_key_value_heads;
+  int64_t max_position_embeddings;
+  std::vector<int64_t> eos_token_ids;
+  int64_t bos_token_id;  // -1: none
+};
+
+ClassDefaults class_defaults(const std::string& type) {
+  if (type == "mistral") return {32000, 4096, 14336, 32, 32, 8, 4096 * 32, {2}, 1};
+  if (type == "qwen2") return {151936, 4096, 22016, 32, 32, 32, 32768, {}, -1};
+  return {32000, 4096, 11008, 32, 32, 0, 2048, {2}, 1};  // llama
+}
+
+/// An integer field: `absent` when the key is missing, `null_value` when it
+/// is null.
+int64_t int_or(const std::string& path, const Json& json, const char* key, int64_t absent,
+               int64_t null_value) {
+  auto it = json.find(key);
+  if (it == json.end()) return absent;
+  if (it->is_null()) return null_value;
+  return as_int(path, *it, key);
+}
+
+/// A size field: the class default when absent; null is not a size.
+int64_t size_or(const std::string& path, const Json& json, const char* key, int64_t absent) {
+  auto it = json.find(key);
+  if (it == json.end()) return absent;
+  return as_int(path, *it, key);
+}
+
+void read_sizes(const std::string& path, const Json& json, const ClassDefaults& d,
+                ModelConfig& config) {
+  config.vocab_size = size_or(path, json, "vocab_size", d.vocab_size);
+  config.hidden_size = size_or(path, json, "hidden_size", d.hidden_size);
+  config.intermediate_size = size_or(path, json, "intermediate_size", d.intermediate_size);
+  config.num_hidden_layers = size_or(path, json, "num_hidden_layers", d.num_hidden_layers);
+  config.num_attention_heads = size_or(path, json, "num_attention_heads", d.num_attention_heads);
+  const int64_t heads = config.num_attention_heads;
+  // null means "no grouping" in every class; absent takes the class default.
+  config.num_key_value_heads =
+      int_or(path, json, "num_key_value_heads",
+             d.num_key_value_heads > 0 ? d.num_key_value_heads : heads, heads);
+  if (has(json, "head_dim")) {
+    config.head_dim = as_int(path, json["head_dim"], "head_dim");
+  } else {
+    TORCH_CHECK(heads > 0 && config.hidden_size % heads == 0, path, ": expected hidden_size (",
+                config.hidden_size,
+                ") divisible by num_attention_heads when head_dim is absent but got ", heads,
+                " heads");
+    config.head_dim = config.hidden_size / heads;
+  }
+  config.max_position_embeddings =
+      size_or(path, json, "max_position_embeddings", d.max_position_embeddings);
+  if (has(json, "rms_norm_eps")) {
+    config.rms_norm_eps = as_double(path, json["rms_norm_eps"], "rms_norm_eps");
+  }
+  if (has(json, "tie_word_embeddings")) {
+    config.tie_word_embeddings = as_bool(path, json["tie_word_embeddings"], "tie_word_embeddings");
+  }
+}
+
+/// Biases and the MLP as each model type builds them: Llama puts
+/// attention_bias on q, k, v and o; Qwen2 always has q/k/v biases and never
+/// an o bias; Mistral has none (its class ignores attention_bias).
+void read_projections(const std::string& path, const Json& json, ModelConfig& config) {
+  // The reference decoder's MLP is SiLU-gated with no biases.
+  if (has(json, "hidden_act")) {
+    const std::string act = as_string(path, json["hidden_act"], "hidden_act");
+    TORCH_CHECK(act == "silu", path, ": expected hidden_act \"silu\" but got \"", act, "\"");
+  }
+  const std::string& type = config.model_type;
+  if (type == "llama" && has(json, "mlp_bias")) {
+    TORCH_CHECK(!as_bool(path, json["mlp_bias"], "mlp_bias"), path,
+                ": expected mlp_bias false (MLP biases are not supported) but got true");
+  }
+  config.attention_bias = type == "qwen2";
+  config.o_proj_bias = false;
+  if (type == "llama" && has(json, "attention_bias")) {
+    config.attention_bias = as_bool(path, json["attention_bias"], "attention_bias");
+    config.o_proj_bias = config.attention_bias;
+  }
+}
+
+/// transformers 5 keeps the rope in rope_parameters; older configs have a
+/// top-level rope_theta and an optional rope_scaling.
+void read_rope_fields(const std::string& path, const Json& json, RopeConfig& rope) {
+  if (has(json, "rope_theta")) rope.theta = as_double(path, json["rope_theta"], "rope_theta");
+  if (has(json, "rope_parameters")) {
+    read_rope(path, json["rope_parameters"], "rope_parameters", rope);
+  } else if (has(json, "rope_scaling")) {
+    read_rope(path, json["rope_scaling"], "rope_scaling", rope);
   }
 }
 
@@ -438,6 +566,71 @@ std::string join(const std::vector<std::string>& items) {
   return out;
 }
 
+/// The file that holds `name`: the index's choice when sharded.
+const std::string& file_of(const Sources& sources, const std::string& name) {
+  if (sources.index.empty()) return sources.files.front();
+  auto where = sources.location.find(name);
+  TORCH_CHECK(where != sources.location.end(), sources.index, ": expected tensor \"", name,
+              "\" in weight_map but got none (shards: ", join(sources.files), ")");
+  return where->second;
+}
+
+/// One expected parameter, checked for presence, shape and a floating dtype.
+at::Tensor find_parameter(const Sources& sources, const std::string& name,
+                          const std::vector<int64_t>& shape) {
+  const std::string& file = file_of(sources, name);
+  const Weights& weights = sources.tensors.at(file);
+  auto it = weights.find(name);
+  TORCH_CHECK(it != weights.end(), file, ": expected tensor \"", name, "\" but got none",
+              sources.index.empty() ? "" : " (the file weight_map names for it)");
+  const at::Tensor& tensor = it->second;
+  TORCH_CHECK(tensor.sizes() == c10::IntArrayRef(shape), file, ": tensor \"", name,
+              "\": expected shape ", c10::IntArrayRef(shape), " but got ", tensor.sizes());
+  const at::ScalarType type = tensor.scalar_type();
+  TORCH_CHECK(at::isFloatingType(type), file, ": tensor \"", name,
+              "\": expected a floating dtype (F32, F16, BF16, F64) but got ",
+              dtype_name(type) != nullptr ? dtype_name(type) : c10::toString(type));
+  return tensor;
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// Tensors of the checkpoint that the model does not read. A tied
+/// lm_head.weight equal to the embedding is read (as the embedding); a tied
+/// one that differs is refused whatever the options: the checkpoint
+/// contradicts its own config. Rotary inv_freq buffers are derived, not
+/// weights.
+void check_unused(const std::string& dir, const Sources& sources,
+                  const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected,
+                  const ModelConfig& config, const LoadOptions& options) {
+  std::set<std::string> used;
+  for (const auto& entry : expected) used.insert(entry.first);
+  std::vector<std::string> unused;
+  for (const auto& [file, weights] : sources.tensors) {
+    for (const auto& [name, tensor] : weights) {
+      if (used.count(name) != 0 || ends_with(name, "rotary_emb.inv_freq")) continue;
+      if (name == "lm_head.weight" && config.tie_word_embeddings) {
+        const at::Tensor& embed = sources.tensors.at(file_of(sources, "model.embed_tokens.weight"))
+                                      .at("model.embed_tokens.weight");
+        TORCH_CHECK(tensor.sizes() == embed.sizes() && at::equal(tensor, embed.to(tensor.dtype())),
+                    file,
+                    ": tensor \"lm_head.weight\": expected a copy of "
+                    "model.embed_tokens.weight (tie_word_embeddings is true) but got a different "
+                    "tensor");
+        continue;
+      }
+      unused.push_back(name);
+    }
+  }
+  TORCH_CHECK(unused.empty() || options.allow_unused_tensors, dir,
+              ": expected only tensors the model reads but got ", unused.size(),
+              " it would ignore: ", join(unused),
+              " (LoadOptions::allow_unused_tensors accepts them)");
+}
+
 // ---------------------------------------------------------------------------
 // Named shapes.
 
@@ -489,78 +682,19 @@ ModelConfig llama3(int64_t hidden, int64_t intermediate, int64_t layers, int64_t
 ModelConfig load_config(const std::string& config_json_path) {
   const std::string& path = config_json_path;
   const Json json = parse_json_file(path);
-
   ModelConfig config;
   config.model_type =
       as_string(path, require(path, json, "model_type", "model_type"), "model_type");
   const std::string& type = config.model_type;
   TORCH_CHECK(type == "llama" || type == "mistral" || type == "qwen2", path,
               ": expected model_type \"llama\", \"mistral\" or \"qwen2\" but got \"", type, "\"");
-
-  config.vocab_size = required_int(path, json, "vocab_size", "vocab_size");
-  config.hidden_size = required_int(path, json, "hidden_size", "hidden_size");
-  config.intermediate_size = required_int(path, json, "intermediate_size", "intermediate_size");
-  config.num_hidden_layers = required_int(path, json, "num_hidden_layers", "num_hidden_layers");
-  config.num_attention_heads =
-      required_int(path, json, "num_attention_heads", "num_attention_heads");
-  // transformers' default: no grouping.
-  config.num_key_value_heads =
-      has(json, "num_key_value_heads")
-          ? as_int(path, json["num_key_value_heads"], "num_key_value_heads")
-          : config.num_attention_heads;
-  if (has(json, "head_dim")) {
-    config.head_dim = as_int(path, json["head_dim"], "head_dim");
-  } else {
-    TORCH_CHECK(
-        config.num_attention_heads > 0 && config.hidden_size % config.num_attention_heads == 0,
-        path, ": expected hidden_size (", config.hidden_size,
-        ") divisible by num_attention_heads when head_dim is absent but got ",
-        config.num_attention_heads, " heads");
-    config.head_dim = config.hidden_size / config.num_attention_heads;
-  }
-  if (has(json, "max_position_embeddings")) {
-    config.max_position_embeddings =
-        as_int(path, json["max_position_embeddings"], "max_position_embeddings");
-  }
-  if (has(json, "rms_norm_eps")) {
-    config.rms_norm_eps = as_double(path, json["rms_norm_eps"], "rms_norm_eps");
-  }
-  if (has(json, "tie_word_embeddings")) {
-    config.tie_word_embeddings = as_bool(path, json["tie_word_embeddings"], "tie_word_embeddings");
-  }
-  // The reference decoder's MLP is SiLU-gated with no biases.
-  if (has(json, "hidden_act")) {
-    const std::string act = as_string(path, json["hidden_act"], "hidden_act");
-    TORCH_CHECK(act == "silu", path, ": expected hidden_act \"silu\" but got \"", act, "\"");
-  }
-  if (has(json, "mlp_bias")) {
-    TORCH_CHECK(!as_bool(path, json["mlp_bias"], "mlp_bias"), path,
-                ": expected mlp_bias false (MLP biases are not supported) but got true");
-  }
-  if (type == "qwen2") {
-    config.attention_bias = true;  // Qwen2 always has q/k/v biases (and no o bias)
-  } else if (has(json, "attention_bias")) {
-    config.attention_bias = as_bool(path, json["attention_bias"], "attention_bias");
-  }
-
-  // Rope: transformers 5 keeps everything in rope_parameters; older configs
-  // have a top-level rope_theta and an optional rope_scaling.
-  if (has(json, "rope_parameters")) {
-    if (has(json, "rope_theta"))
-      config.rope.theta = as_double(path, json["rope_theta"], "rope_theta");
-    read_rope(path, json["rope_parameters"], "rope_parameters", config.rope);
-  } else {
-    if (has(json, "rope_theta"))
-      config.rope.theta = as_double(path, json["rope_theta"], "rope_theta");
-    if (has(json, "rope_scaling"))
-      read_rope(path, json["rope_scaling"], "rope_scaling", config.rope);
-  }
-
+  const ClassDefaults defaults = class_defaults(type);
+  read_sizes(path, json, defaults, config);
+  read_projections(path, json, config);
+  read_rope_fields(path, json, config.rope);
   read_layers(path, json, config);
-  config.eos_token_ids = read_eos(path, json);
-  if (has(json, "bos_token_id"))
-    config.bos_token_id = as_int(path, json["bos_token_id"], "bos_token_id");
-
+  config.eos_token_ids = read_eos(path, json, defaults.eos_token_ids);
+  config.bos_token_id = int_or(path, json, "bos_token_id", defaults.bos_token_id, -1);
   try {
     config.validate();
   } catch (const c10::Error& e) {
@@ -591,6 +725,7 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_parameters(
       out.push_back({p + "self_attn.v_proj.bias", {kv_dim}});
     }
     out.push_back({p + "self_attn.o_proj.weight", {hidden, q_dim}});
+    if (config.o_proj_bias) out.push_back({p + "self_attn.o_proj.bias", {hidden}});
     out.push_back({p + "post_attention_layernorm.weight", {hidden}});
     out.push_back({p + "mlp.gate_proj.weight", {inter, hidden}});
     out.push_back({p + "mlp.up_proj.weight", {inter, hidden}});
@@ -669,35 +804,19 @@ void write_safetensors(const std::string& path, const Weights& tensors) {
               " bytes but got a write error");
 }
 
-Checkpoint load_checkpoint(const std::string& dir, at::ScalarType dtype, at::Device device) {
+Checkpoint load_checkpoint(const std::string& dir, at::ScalarType dtype, at::Device device,
+                           const LoadOptions& options) {
   TORCH_CHECK(at::isFloatingType(dtype), "dtype: expected a floating dtype but got ", dtype);
   Checkpoint checkpoint;
   checkpoint.config = load_config((fs::path(dir) / "config.json").string());
   const Sources sources = read_sources(dir);
-
   // Every check first; conversion (which may allocate a lot) only after.
+  const auto expected = expected_parameters(checkpoint.config);
   std::vector<std::pair<std::string, at::Tensor>> found;
-  for (const auto& [name, shape] : expected_parameters(checkpoint.config)) {
-    std::string file = sources.files.front();
-    if (!sources.index.empty()) {
-      auto where = sources.location.find(name);
-      TORCH_CHECK(where != sources.location.end(), sources.index, ": expected tensor \"", name,
-                  "\" in weight_map but got none (shards: ", join(sources.files), ")");
-      file = where->second;
-    }
-    const Weights& weights = sources.tensors.at(file);
-    auto it = weights.find(name);
-    TORCH_CHECK(it != weights.end(), file, ": expected tensor \"", name, "\" but got none",
-                sources.index.empty() ? "" : " (the file weight_map names for it)");
-    const at::Tensor& tensor = it->second;
-    TORCH_CHECK(tensor.sizes() == c10::IntArrayRef(shape), file, ": tensor \"", name,
-                "\": expected shape ", c10::IntArrayRef(shape), " but got ", tensor.sizes());
-    const at::ScalarType type = tensor.scalar_type();
-    TORCH_CHECK(at::isFloatingType(type), file, ": tensor \"", name,
-                "\": expected a floating dtype (F32, F16, BF16, F64) but got ",
-                dtype_name(type) != nullptr ? dtype_name(type) : c10::toString(type));
-    found.emplace_back(name, tensor);
+  for (const auto& [name, shape] : expected) {
+    found.emplace_back(name, find_parameter(sources, name, shape));
   }
+  check_unused(dir, sources, expected, checkpoint.config, options);
   for (auto& [name, tensor] : found) {
     const bool in_place = device.is_cpu() && tensor.scalar_type() == dtype;
     checkpoint.weights[name] = in_place ? tensor : tensor.to(device, dtype);

@@ -92,6 +92,7 @@ LlamaModel::LlamaModel(ModelConfig config, Weights weights)
       layer.k_bias = get(p + "self_attn.k_proj.bias");
       layer.v_bias = get(p + "self_attn.v_proj.bias");
     }
+    if (config_.o_proj_bias) layer.o_bias = get(p + "self_attn.o_proj.bias");
     layer.gate_proj = get(p + "mlp.gate_proj.weight");
     layer.up_proj = get(p + "mlp.up_proj.weight");
     layer.down_proj = get(p + "mlp.down_proj.weight");
@@ -165,7 +166,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& position
     query = query.mul(cos).add(rotate_half(query).mul(sin));
     key = key.mul(cos).add(rotate_half(key).mul(sin));
     const at::Tensor attn = backend.attend(l, query, key, value);  // [b, heads, q, d]
-    x = x.add(project(attn.transpose(1, 2).reshape({b, q, heads * d}), layer.o_proj));
+    x = x.add(project(attn.transpose(1, 2).reshape({b, q, heads * d}), layer.o_proj, layer.o_bias));
     const at::Tensor g = rms_norm(x, layer.post_norm);
     x = x.add(project(at::silu(project(g, layer.gate_proj)).mul(project(g, layer.up_proj)),
                       layer.down_proj));

@@ -4,7 +4,7 @@ Hugging Face's greedy tokens.
 
 usage: check_demo.py DEMO_EXE HF_DIR
 
-For each model directory of HF_DIR (llama, mistral, qwen2), runs
+For each model directory of HF_DIR (MODELS below), runs
   DEMO_EXE --checkpoint DIR --device cpu --dtype fp32 --cache hybrid
            --prompt-ids "$(cat DIR/prompts.txt)" --max-new-tokens 8 --print-ids
 and compares the lines made only of digits and commas (one per prompt, in
@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-MODELS = ("llama", "mistral", "qwen2")
+MODELS = ("llama", "llama-bias", "mistral", "qwen2", "qwen2-nowindow", "qwen2-defaults")
 MAX_NEW_TOKENS = 8
 IDS_LINE = re.compile(r"^[0-9]+(,[0-9]+)*$")
 

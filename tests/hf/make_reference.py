@@ -4,20 +4,23 @@ tests/hf/check_demo.py).
 
 usage: make_reference.py OUT_DIR
 
-For each of three tiny random-weight models (llama, mistral with a sliding
-window on every layer, qwen2 with full then sliding layers), seeded and fp32:
+For each tiny random-weight model of MODELS (llama; llama with attention
+biases; mistral with a sliding window on every layer; qwen2 with full then
+sliding layers; qwen2 whose sliding_window is off; qwen2 on its class
+defaults), seeded and fp32:
 
   OUT_DIR/<name>/config.json, model.safetensors   (save_pretrained)
   OUT_DIR/<name>/expected.safetensors  prompt_i int64 [len], generated_i int64 [8],
                                        logits_i float32 [8, vocab] (raw logits of
                                        each generated step); metadata
-                                       {"cache": "static"|"dynamic", "num_prompts": "3"}
+                                       {"cache": "static"|"dynamic"|"none", "num_prompts": "3"}
   OUT_DIR/<name>/prompts.txt           the prompts in statickv-demo's --prompt-ids syntax
   OUT_DIR/<name>/expected_ids.txt      one line per prompt: comma-separated generated ids
 
 Each prompt is generated on its own (batch 1) with greedy decoding through
 Hugging Face's StaticCache (falling back to the dynamic cache, recorded in the
-metadata, when the static one cannot run the case). Every result is checked
+metadata, when the static one cannot run the case; "none" for models whose
+caches disagree with their own layers, see NO_CACHE_GREEDY). Every result is checked
 here before it is written: the logits must match a plain no-cache forward over
 the whole sequence, the greedy choices must be clear (no near-ties that a
 float32 rounding difference could flip), and the generated tokens must vary.
@@ -29,6 +32,7 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+import json  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -71,12 +75,44 @@ COMMON = dict(
     attn_implementation="eager",
 )
 
+# Each entry: (class, config, seed, config.json edits after saving: field ->
+# new value, or DROP to remove it).
+# Configs carry fields their model type ignores (transformers 5.24), so the
+# loader must ignore them too: Llama's layers ignore layer_types and
+# sliding_window (its caches do not, so generate() with them fails or
+# disagrees with the model's own forward: "llama-bias" is recorded with
+# NO_CACHE_GREEDY, a greedy loop of full forward passes),
+# Mistral ignores layer_types (it warns), Qwen2 ignores sliding_window unless
+# use_sliding_window is true ("qwen2-nowindow" gets its sliding_window back
+# in config.json, where transformers saved null). "qwen2-defaults" drops
+# layer_types and max_window_layers from its config.json, so the loader must
+# apply Qwen2's class default (max_window_layers 28: with 4 layers, none
+# slides).
+DROP = object()
 MODELS = {
-    "llama": (LlamaForCausalLM, LlamaConfig(num_hidden_layers=2, **COMMON), 1),
+    "llama": (LlamaForCausalLM, LlamaConfig(num_hidden_layers=2, **COMMON), 1, {}),
+    "llama-bias": (
+        LlamaForCausalLM,
+        LlamaConfig(
+            num_hidden_layers=2,
+            attention_bias=True,  # q, k, v and o biases
+            layer_types=["sliding_attention", "full_attention"],
+            sliding_window=SLIDING_WINDOW,
+            **COMMON,
+        ),
+        4,
+        {},
+    ),
     "mistral": (
         MistralForCausalLM,
-        MistralConfig(num_hidden_layers=2, sliding_window=SLIDING_WINDOW, **COMMON),
+        MistralConfig(
+            num_hidden_layers=2,
+            sliding_window=SLIDING_WINDOW,
+            layer_types=["full_attention", "full_attention"],
+            **COMMON,
+        ),
         2,
+        {},
     ),
     "qwen2": (
         Qwen2ForCausalLM,
@@ -88,7 +124,39 @@ MODELS = {
             **COMMON,
         ),
         3,
+        {},
     ),
+    "qwen2-nowindow": (
+        Qwen2ForCausalLM,
+        Qwen2Config(
+            num_hidden_layers=4,
+            use_sliding_window=False,
+            sliding_window=SLIDING_WINDOW,
+            max_window_layers=1,
+            **COMMON,
+        ),
+        5,
+        {"sliding_window": SLIDING_WINDOW},
+    ),
+    "qwen2-defaults": (
+        Qwen2ForCausalLM,
+        Qwen2Config(
+            num_hidden_layers=4, use_sliding_window=True, sliding_window=SLIDING_WINDOW, **COMMON
+        ),
+        6,
+        {"layer_types": DROP, "max_window_layers": DROP},
+    ),
+}
+# Models whose expected tokens come from full no-cache forward passes.
+NO_CACHE_GREEDY = {"llama-bias"}
+# The layer types transformers must build for each model (checked below).
+EXPECTED_SLIDING = {
+    "llama": [False, False],
+    "llama-bias": [False, False],
+    "mistral": [True, True],
+    "qwen2": [False, False, True, True],
+    "qwen2-nowindow": [False] * 4,
+    "qwen2-defaults": [False] * 4,
 }
 
 
@@ -123,6 +191,17 @@ def greedy(model, prompt, cache):
     generated = out.sequences[0, prompt.numel():].clone()
     logits = torch.stack([step[0] for step in out.logits]).to(torch.float32).contiguous()
     return generated, logits
+
+
+def greedy_no_cache(model, prompt):
+    """Greedy decoding by full forward passes: what the model itself computes."""
+    sequence, logits = prompt.view(1, -1), []
+    with torch.no_grad():
+        for _ in range(MAX_NEW_TOKENS):
+            step = model(sequence, use_cache=False).logits[0, -1].float()
+            logits.append(step)
+            sequence = torch.cat([sequence, step.argmax().view(1, 1)], dim=1)
+    return sequence[0, prompt.numel():].clone(), torch.stack(logits).contiguous()
 
 
 def check(name, model, prompt, generated, logits):
@@ -161,22 +240,49 @@ def check_window_matters(name, model, model_class, prompt):
     print(f"{name}: the sliding window changes the logits of a long prompt by up to {diff:.3g}")
 
 
+def sliding_layers(model):
+    """Which decoder layers transformers actually windows."""
+    windows = [getattr(layer.self_attn, "sliding_window", None) for layer in model.model.layers]
+    if model.config.model_type == "mistral":
+        windows = [model.config.sliding_window] * len(windows)
+    return [w is not None for w in windows]
+
+
+def edit_config(model_dir, edits):
+    """Applies edits to a saved config.json (the caller then checks that
+    transformers builds the same layers from it)."""
+    if not edits:
+        return
+    path = model_dir / "config.json"
+    config = json.loads(path.read_text())
+    for field, value in edits.items():
+        if value is DROP:
+            config.pop(field, None)
+        else:
+            config[field] = value
+    path.write_text(json.dumps(config, indent=2) + "\n")
+
+
 def make(out_dir, name):
-    model_class, config, seed = MODELS[name]
+    model_class, config, seed, edits = MODELS[name]
     model = build(model_class, config, seed)
     layer_types = getattr(model.config, "layer_types", None)
-    if name == "qwen2" and set(layer_types or []) != {"full_attention", "sliding_attention"}:
-        raise SystemExit(f"qwen2: expected full and sliding layers, got {layer_types}")
+    if sliding_layers(model) != EXPECTED_SLIDING[name]:
+        raise SystemExit(f"{name}: expected sliding layers {EXPECTED_SLIDING[name]}, "
+                         f"transformers built {sliding_layers(model)}")
 
     generator = torch.Generator().manual_seed(1000 + seed)
     prompts = [torch.randint(FIRST_ID, VOCAB, (n,), generator=generator) for n in PROMPT_LENGTHS]
 
-    if name != "llama":
+    if any(EXPECTED_SLIDING[name]):
         check_window_matters(name, model, model_class, max(prompts, key=len))
 
-    cache = "static"
+    cache = "none" if name in NO_CACHE_GREEDY else "static"
     try:
-        results = [greedy(model, p, cache) for p in prompts]
+        if cache == "none":
+            results = [greedy_no_cache(model, p) for p in prompts]
+        else:
+            results = [greedy(model, p, cache) for p in prompts]
     except Exception as error:  # noqa: BLE001 - any failure of the static path
         print(f"{name}: StaticCache failed ({type(error).__name__}: {error}); using the dynamic cache")
         cache = "dynamic"
@@ -198,6 +304,11 @@ def make(out_dir, name):
 
     model_dir = out_dir / name
     model.save_pretrained(model_dir, safe_serialization=True)
+    edit_config(model_dir, edits)
+    reloaded = model_class.from_pretrained(model_dir)
+    if sliding_layers(reloaded) != EXPECTED_SLIDING[name]:
+        raise SystemExit(f"{name}: the saved config.json builds sliding layers "
+                         f"{sliding_layers(reloaded)}")
     save_file(
         tensors,
         str(model_dir / "expected.safetensors"),

@@ -22,9 +22,10 @@ namespace statickv::reference {
 using Weights = std::map<std::string, at::Tensor>;
 
 /// Reads a Hugging Face config.json (llama, mistral, qwen2 model types;
-/// rope_parameters or the older rope_theta/rope_scaling fields; layer_types,
-/// or Mistral's all-layer sliding_window, or Qwen2's use_sliding_window +
-/// max_window_layers).
+/// rope_parameters or the older rope_theta/rope_scaling fields). Fields are
+/// read as transformers' config class of that model type reads them: an
+/// absent field takes that class's default, and layer types follow Note
+/// [layer types per model type] (checkpoint.cpp; table in docs/checkpoints.md).
 ModelConfig load_config(const std::string& config_json_path);
 
 /// Every parameter the model needs, with its shape, in a stable order.
@@ -35,11 +36,23 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_parameters(
 /// expected parameter is present with its shape, and returns the weights in
 /// `dtype` on `device`. Tensors are read through a memory map; on the CPU in
 /// the file's own dtype they are used in place (no copy).
+///
+/// A checkpoint holding tensors the model does not use is refused, naming
+/// every one, unless `allow_unused_tensors` is set: a tensor the decoder
+/// ignores (an o_proj bias, say) would otherwise change nothing but the
+/// answers. Not counted as unused: `lm_head.weight` beside
+/// `tie_word_embeddings: true` when it equals the embedding (some real
+/// checkpoints save both; a different one is refused even with the option),
+/// and non-persistent buffers (`*.rotary_emb.inv_freq`).
 struct Checkpoint {
   ModelConfig config;
   Weights weights;
 };
-Checkpoint load_checkpoint(const std::string& dir, at::ScalarType dtype, at::Device device);
+struct LoadOptions {
+  bool allow_unused_tensors = false;
+};
+Checkpoint load_checkpoint(const std::string& dir, at::ScalarType dtype, at::Device device,
+                           const LoadOptions& options = {});
 
 /// Reads every tensor of one .safetensors file (F32, F16, BF16; also I64/I32
 /// for tools), as CPU tensors backed by the file's memory map.

@@ -67,7 +67,7 @@ class LlamaModel {
   struct Layer {
     at::Tensor input_norm, post_norm;           // [hidden]
     at::Tensor q_proj, k_proj, v_proj, o_proj;  // [out, in]
-    at::Tensor q_bias, k_bias, v_bias;          // [out] or undefined
+    at::Tensor q_bias, k_bias, v_bias, o_bias;  // [out] or undefined
     at::Tensor gate_proj, up_proj, down_proj;
   };
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;

@@ -38,6 +38,8 @@ struct ModelConfig {
   RopeConfig rope;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  ///< biases on q/k/v projections (Qwen2: true)
+  /// A bias on o_proj (Llama with attention_bias: true; never Qwen2 or Mistral).
+  bool o_proj_bias = false;
   /// Per-layer attention type; empty = all full. Sliding layers attend to
   /// keys with q_pos - k_pos < sliding_window.
   std::vector<LayerType> layer_types;
