@@ -28,7 +28,6 @@ export LD_LIBRARY_PATH="$root/.devdeps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PAT
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 mkdir -p build-gpu
-# sm_90: the H200 (Hopper) this run was written for.
 if ! cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
      "-DCMAKE_PREFIX_PATH=$torch_prefix;$root/.devdeps/usr" \
      -DCMAKE_CUDA_ARCHITECTURES=90 "$@" > build-gpu/configure.log 2>&1; then
