@@ -2,14 +2,15 @@
 # The prepared GPU run: builds, runs the [cuda] tests and every CUDA
 # benchmark, and leaves the results under $OUT, in under 8 minutes.
 #
-# On the GPU machine (device tool), from the project root, after
-# `bash benchmarks/gpu/prep.sh --hf-wheels 3.11,3.12,3.13` here:
-# carry [".devdeps"], command
-#   bash benchmarks/gpu/run_gpu.sh            (timeout_s ~ 540; 480 with --budget 420)
+# On the GPU machine, from a copy of the working tree with the .devdeps/
+# that `bash benchmarks/gpu/prep.sh --hf-wheels 3.11,3.12,3.13` made on the
+# CPU machine:
+#   bash benchmarks/gpu/run_gpu.sh            (allow ~540 s; 480 with --budget 420)
 #
-# $OUT receives at most 8 files (the device tool's limit):
+# $OUT (default results/gpu-run) receives (plus configure.log if configuring
+# fails):
 #   run.log            everything printed, stage by stage, with timings
-#   build.log          configure + build output (.devdeps/gpu-build.sh)
+#   build.log          configure + build output (benchmarks/gpu/build.sh)
 #   REPORT.md          benchmarks/report.py over the results
 #   gpu_results.tar.gz results/gpu/: every benchmark's JSON and log
 # Afterwards, on the CPU machine: tar xzf gpu_results.tar.gz, then
@@ -45,11 +46,11 @@ if ((dry)); then
   PY=${PY:-$ROOT/.venv/bin/python}
   DEV=cpu
 else
+  OUT=${OUT:-$ROOT/results/gpu-run}
   BUILD=$ROOT/build-gpu
   PY=${PY:-python3}
   DEV=cuda
 fi
-: "${OUT:?OUT must name the folder results go to}"
 mkdir -p "$OUT"
 RES=$ROOT/results/gpu
 rm -rf "$RES" && mkdir -p "$RES"
@@ -84,11 +85,11 @@ command -v nvcc >/dev/null && nvcc --version | tail -1
 nproc
 
 if ((!dry)); then
-  echo "== build (.devdeps/gpu-build.sh)"
+  echo "== build (benchmarks/gpu/build.sh)"
   t0=$SECONDS
-  [ -x .devdeps/gpu-build.sh ] || { echo "no .devdeps/gpu-build.sh: run benchmarks/gpu/prep.sh and carry .devdeps"; return 1; }
+  [ -d .devdeps/usr ] || { echo "no .devdeps/usr: run benchmarks/gpu/prep.sh on the CPU machine and send .devdeps/ along"; return 1; }
   export LD_LIBRARY_PATH="$ROOT/.devdeps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
-  timeout 300 bash .devdeps/gpu-build.sh -DSTATICKV_BUILD_EXAMPLES=OFF > "$OUT/build.log" 2>&1
+  PY=$PY timeout 300 bash benchmarks/gpu/build.sh -DSTATICKV_BUILD_EXAMPLES=OFF > "$OUT/build.log" 2>&1
   rc=$?
   tail -n 25 "$OUT/build.log"
   echo "== build: exit $rc after $((SECONDS - t0)) s"

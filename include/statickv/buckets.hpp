@@ -5,8 +5,8 @@
 //
 // Padding is safe by construction: the helpers here give padded tokens and
 // padded rows position -1, which the caches write to the scratch slot and
-// never attend (DESIGN.md invariant 2). The slice that recovers the real
-// outputs is the inverse of the padding.
+// never attend (Invariant [scratch slot], docs/design.md). The slice that
+// recovers the real outputs is the inverse of the padding.
 
 #include <ATen/ATen.h>
 

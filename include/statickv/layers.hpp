@@ -4,9 +4,9 @@
 // A policy owns no memory. It answers three questions for the cache that owns
 // the buffers: how many slots attention may see (capacity), which slot a
 // position is written to, and how far back a query may look (window). Every
-// buffer has one extra slot past the capacity, the scratch slot (DESIGN.md
-// invariant 2): padded tokens and positions that cannot be stored are written
-// there, and no view handed to attention ever includes it.
+// buffer has one extra slot past the capacity, the scratch slot (Invariant
+// [scratch slot], docs/design.md): padded tokens and positions that cannot be
+// stored are written there, and no view handed to attention ever includes it.
 //
 // The host overload slot_of() is the specification and is unit-tested without
 // tensors; slots_of() is the same arithmetic on the device, used inside a

@@ -1,4 +1,7 @@
 #pragma once
+// The one place the version is spelled. CMakeLists.txt reads the three
+// macros for the project and package version, and refuses to configure when
+// kVersion disagrees with them.
 
 #define STATICKV_VERSION_MAJOR 0
 #define STATICKV_VERSION_MINOR 1

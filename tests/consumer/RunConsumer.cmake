@@ -1,6 +1,7 @@
 # Configures, builds and runs the consumer project in WORK_DIR.
 #   MODE=find_package: installs STATICKV_BUILD_DIR into WORK_DIR/prefix first.
 #   MODE=add_subdirectory: points the consumer at STATICKV_SOURCE_DIR.
+#   EXPECTED_VERSION: the version the consumer must find (this build's).
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix_path "${PREFIX_PATH}")
 set(extra "")
@@ -15,7 +16,8 @@ else()
   set(extra -DSTATICKV_SOURCE_DIR=${STATICKV_SOURCE_DIR})
 endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
-                        -DCMAKE_BUILD_TYPE=${BUILD_TYPE} "-DCMAKE_PREFIX_PATH=${prefix_path}" ${extra}
+                        -DCMAKE_BUILD_TYPE=${BUILD_TYPE} "-DCMAKE_PREFIX_PATH=${prefix_path}"
+                        -DSTATICKV_EXPECTED_VERSION=${EXPECTED_VERSION} ${extra}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "configuring the consumer (${MODE}) failed:\n${out}")

@@ -3,8 +3,20 @@
 #include <statickv/statickv.hpp>
 
 #include <cstdio>
+#include <string>
 
 int main() {
+  // The headers' version (macros and string) equals the package's
+  // (STATICKV_PACKAGE_VERSION, from CMake).
+  const std::string macros = std::to_string(STATICKV_VERSION_MAJOR) + "." +
+                             std::to_string(STATICKV_VERSION_MINOR) + "." +
+                             std::to_string(STATICKV_VERSION_PATCH);
+  if (macros != STATICKV_PACKAGE_VERSION || std::string(statickv::kVersion) != macros) {
+    std::printf("statickv consumer: headers say %s (kVersion %s) but the package says %s\n",
+                macros.c_str(), statickv::kVersion, STATICKV_PACKAGE_VERSION);
+    return 1;
+  }
+
   statickv::CacheConfig config;
   config.num_layers = 2;
   config.num_kv_heads = 2;
