@@ -7,6 +7,8 @@
 // masked (a padded token) gets a zero output from the reference rather than
 // the NaN a naive softmax gives.
 
+#include <statickv/checks.hpp>
+
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -18,37 +20,30 @@ namespace detail {
 
 inline void check_attention_args(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  const at::Tensor& mask, bool allow_additive = false) {
-  TORCH_CHECK(q.defined() && q.dim() == 4, "query: expected [b, heads, q, head_dim] but got ",
-              q.defined() ? q.sizes() : at::IntArrayRef{});
+  check_rank("query", q, 4, "[b, heads, q, head_dim]");
   TORCH_CHECK(k.defined() && k.dim() == 4 && k.size(0) == q.size(0) && k.size(3) == q.size(3),
               "keys: expected [", q.size(0), ", kv_heads, kv, ", q.size(3), "] but got ",
-              k.defined() ? k.sizes() : at::IntArrayRef{});
+              shape_of(k));
   TORCH_CHECK(v.defined() && v.sizes() == k.sizes(), "values: expected shape ", k.sizes(),
-              " but got ", v.defined() ? v.sizes() : at::IntArrayRef{});
+              " but got ", shape_of(v));
   TORCH_CHECK(k.size(1) >= 1, "keys: expected kv_heads >= 1 but got shape ", k.sizes());
   TORCH_CHECK(q.size(1) % k.size(1) == 0, "query: expected heads (", q.size(1),
               ") to be a multiple of kv_heads (", k.size(1), ")");
   if (allow_additive) {
     TORCH_CHECK(mask.defined() &&
                     (mask.scalar_type() == at::kBool || mask.scalar_type() == q.scalar_type()),
-                "mask: expected a Bool tensor or an additive one of the query's dtype ",
-                q.scalar_type(), " but got ",
-                mask.defined() ? c10::toString(mask.scalar_type()) : "undefined");
+                "mask: expected dtype Bool or an additive mask of the query's dtype ",
+                q.scalar_type(), " but got ", dtype_of(mask));
   } else {
-    TORCH_CHECK(mask.defined() && mask.scalar_type() == at::kBool,
-                "mask: expected a Bool tensor but got ",
-                mask.defined() ? c10::toString(mask.scalar_type()) : "undefined");
+    check_dtype("mask", mask, at::kBool);
   }
   TORCH_CHECK(mask.dim() == 4 && mask.size(0) == q.size(0) && mask.size(2) == q.size(2) &&
                   mask.size(3) == k.size(2),
               "mask: expected shape [", q.size(0), ", 1, ", q.size(2), ", ", k.size(2),
               "] but got ", mask.sizes());
-  TORCH_CHECK(k.device() == q.device(), "keys: expected device ", q.device(),
-              " (the query's) but got ", k.device());
-  TORCH_CHECK(v.device() == q.device(), "values: expected device ", q.device(),
-              " (the query's) but got ", v.device());
-  TORCH_CHECK(mask.device() == q.device(), "mask: expected device ", q.device(),
-              " (the query's) but got ", mask.device());
+  check_device("keys", k, q.device(), " (the query's)");
+  check_device("values", v, q.device(), " (the query's)");
+  check_device("mask", mask, q.device(), " (the query's)");
 }
 
 }  // namespace detail
@@ -77,10 +72,8 @@ inline at::Tensor reference_attention(const at::Tensor& query, const at::Tensor&
 inline at::Tensor sdpa_attention(const at::Tensor& query, const at::Tensor& keys,
                                  const at::Tensor& values, const at::Tensor& mask) {
   detail::check_attention_args(query, keys, values, mask, /*allow_additive=*/true);
-  TORCH_CHECK(keys.scalar_type() == query.scalar_type(), "keys: expected dtype ",
-              query.scalar_type(), " (the query's) but got ", keys.scalar_type());
-  TORCH_CHECK(values.scalar_type() == query.scalar_type(), "values: expected dtype ",
-              query.scalar_type(), " (the query's) but got ", values.scalar_type());
+  detail::check_dtype("keys", keys, query.scalar_type(), " (the query's)");
+  detail::check_dtype("values", values, query.scalar_type(), " (the query's)");
   return at::scaled_dot_product_attention(query, keys, values, mask, /*dropout_p=*/0.0,
                                           /*is_causal=*/false, /*scale=*/std::nullopt,
                                           /*enable_gqa=*/true);

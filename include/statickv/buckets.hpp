@@ -8,6 +8,8 @@
 // never attend (Invariant [scratch slot], docs/design.md). The slice that
 // recovers the real outputs is the inverse of the padding.
 
+#include <statickv/checks.hpp>
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -122,15 +124,14 @@ class ShapeBuckets {
 /// [B, Q, ...] and fills the rest with `pad_value`. For positions use -1:
 /// padded tokens and rows then go to the scratch slot.
 inline void pad_into(at::Tensor& padded, const at::Tensor& real, const at::Scalar& pad_value) {
-  TORCH_CHECK(padded.defined(), "padded: expected a defined tensor but got an undefined one");
-  TORCH_CHECK(real.defined(), "input: expected a defined tensor but got an undefined one");
+  detail::check_defined("padded", padded);
+  detail::check_defined("input", real);
   TORCH_CHECK(real.dim() == padded.dim() && real.dim() >= 2, "input: expected rank ", padded.dim(),
               " [batch, q, ...] but got shape ", real.sizes());
   TORCH_CHECK(real.size(0) <= padded.size(0) && real.size(1) <= padded.size(1) &&
                   real.sizes().slice(2) == padded.sizes().slice(2),
               "input: expected a shape that fits in ", padded.sizes(), " but got ", real.sizes());
-  TORCH_CHECK(real.scalar_type() == padded.scalar_type(), "input: expected dtype ",
-              padded.scalar_type(), " but got ", real.scalar_type());
+  detail::check_dtype("input", real, padded.scalar_type(), " (padded's)");
   padded.fill_(pad_value);
   padded.narrow(0, 0, real.size(0)).narrow(1, 0, real.size(1)).copy_(real);
 }
@@ -141,7 +142,7 @@ inline at::Tensor unpad(const at::Tensor& out, int64_t batch, int64_t query_len)
               "unpad: expected batch >= 0 and query_len >= 0 but got ", batch, " and ", query_len);
   TORCH_CHECK(out.defined() && out.dim() >= 2 && batch <= out.size(0) && query_len <= out.size(1),
               "output: expected at least [", batch, ", ", query_len, ", ...] but got ",
-              out.defined() ? out.sizes() : at::IntArrayRef{});
+              detail::shape_of(out));
   return out.narrow(0, 0, batch).narrow(1, 0, query_len);
 }
 

@@ -23,6 +23,7 @@
 // goes further (Note [prepare is all or nothing]): a failure inside LibTorch
 // after its checks is rolled back too, and earlier Steps stay valid.
 
+#include <statickv/checks.hpp>
 #include <statickv/config.hpp>
 #include <statickv/layers.hpp>
 #include <statickv/mask.hpp>
@@ -44,26 +45,14 @@ namespace statickv {
 
 namespace detail {
 
-inline void check_tensor(const char* name, const at::Tensor& t, at::ScalarType dtype,
-                         const at::Device& device) {
-  TORCH_CHECK(t.defined(), name, ": expected a defined tensor but got an undefined one");
-  TORCH_CHECK(t.scalar_type() == dtype, name, ": expected dtype ", dtype, " but got ",
-              t.scalar_type());
-  TORCH_CHECK(t.device() == device, name, ": expected device ", device, " but got ", t.device());
-  TORCH_CHECK(t.layout() == at::kStrided, name,
-              ": expected a strided (dense) tensor but got layout ", t.layout());
-}
-
 // Reads a 1-D int64 row-index tensor (any device) to host memory and checks
 // every value is a row of the cache. Row operations are not step operations,
 // so this host read is allowed (see the header note).
 inline at::Tensor host_rows(const char* name, const at::Tensor& rows, int64_t max_batch,
                             bool allow_duplicates) {
-  TORCH_CHECK(rows.defined(), name, ": expected a defined tensor but got an undefined one");
-  TORCH_CHECK(rows.scalar_type() == at::kLong, name, ": expected dtype Long (int64) but got ",
-              rows.scalar_type());
-  TORCH_CHECK(rows.layout() == at::kStrided, name,
-              ": expected a strided (dense) tensor but got layout ", rows.layout());
+  check_defined(name, rows);
+  check_dtype(name, rows, at::kLong);
+  check_dense(name, rows);
   TORCH_CHECK(!rows.is_meta(), name, ": expected a tensor with data (any device but meta) but got ",
               rows.device());
   TORCH_CHECK(rows.dim() == 1, name, ": expected a 1-D tensor but got shape ", rows.sizes());

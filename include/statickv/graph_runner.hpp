@@ -256,11 +256,9 @@ class GraphRunner {
   void check_input(size_t i, const at::Tensor& t, const at::Tensor& first) const {
     const InputSpec& spec = specs_[i];
     const std::string name = "inputs[" + std::to_string(i) + "] (" + spec.name + ")";
-    TORCH_CHECK(t.defined(), name, ": expected a defined tensor but got an undefined one");
-    TORCH_CHECK(t.scalar_type() == spec.dtype, name, ": expected dtype ", spec.dtype, " but got ",
-                t.scalar_type());
-    TORCH_CHECK(t.device() == options_.device, name, ": expected device ", options_.device,
-                " but got ", t.device());
+    detail::check_defined(name.c_str(), t);
+    detail::check_dtype(name.c_str(), t, spec.dtype);
+    detail::check_device(name.c_str(), t, options_.device);
     TORCH_CHECK(t.dim() == 2 + static_cast<int64_t>(spec.trailing.size()) &&
                     t.sizes().slice(2) == at::IntArrayRef(spec.trailing),
                 name, ": expected shape [batch, q, ", at::IntArrayRef(spec.trailing), "] but got ",
@@ -300,14 +298,12 @@ class GraphRunner {
       if (is_row_output(i)) {
         TORCH_CHECK(o.defined() && o.dim() >= 1 && o.size(0) == key.batch, "step output ", i,
                     ": expected shape [", key.batch,
-                    ", ...] (a row output: the key's padded batch) but got ",
-                    o.defined() ? o.sizes() : at::IntArrayRef{});
+                    ", ...] (a row output: the key's padded batch) but got ", detail::shape_of(o));
       } else {
         TORCH_CHECK(
             o.defined() && o.dim() >= 2 && o.size(0) == key.batch && o.size(1) == key.query_len,
             "step output ", i, ": expected shape [", key.batch, ", ", key.query_len,
-            ", ...] (the key's padded batch and q) but got ",
-            o.defined() ? o.sizes() : at::IntArrayRef{});
+            ", ...] (the key's padded batch and q) but got ", detail::shape_of(o));
       }
     }
     return outputs;

@@ -5,6 +5,8 @@
 // helpers fold in a user's own padding and convert to the additive form; all
 // are plain device ops on static shapes, safe inside a captured step.
 
+#include <statickv/checks.hpp>
+
 #include <ATen/ATen.h>
 
 #include <c10/util/BFloat16.h>
@@ -46,10 +48,18 @@ inline AdditiveValues additive_values(at::ScalarType dtype, const at::Device& de
 }
 
 inline void check_bool_mask(const at::Tensor& mask) {
-  TORCH_CHECK(mask.defined() && mask.scalar_type() == at::kBool,
-              "mask: expected a Bool tensor but got ",
-              mask.defined() ? c10::toString(mask.scalar_type()) : "undefined");
-  TORCH_CHECK(mask.dim() == 4, "mask: expected shape [b, 1, q, kv] but got ", mask.sizes());
+  check_dtype("mask", mask, at::kBool);
+  check_rank("mask", mask, 4, "shape [b, 1, q, kv]");
+}
+
+/// A [b, n] bool `name` tensor on the mask's device, n = mask.size(dim).
+inline void check_keep(const char* name, const at::Tensor& keep, const at::Tensor& mask,
+                       int64_t dim) {
+  check_dtype(name, keep, at::kBool);
+  TORCH_CHECK(keep.dim() == 2 && keep.size(0) == mask.size(0) && keep.size(1) == mask.size(dim),
+              name, ": expected shape [", mask.size(0), ", ", mask.size(dim), "] but got ",
+              keep.sizes());
+  check_device(name, keep, mask.device(), " (the mask's)");
 }
 
 }  // namespace detail
@@ -58,9 +68,7 @@ inline void check_bool_mask(const at::Tensor& mask) {
 /// value where it is false (finite, so a fully masked row stays NaN-free in
 /// kernels that add before a softmax). mask: bool [b, 1, q, kv].
 inline at::Tensor additive_mask(const at::Tensor& mask, at::ScalarType dtype) {
-  TORCH_CHECK(mask.defined() && mask.scalar_type() == at::kBool,
-              "mask: expected a defined Bool tensor but got ",
-              mask.defined() ? c10::toString(mask.scalar_type()) : "undefined");
+  detail::check_dtype("mask", mask, at::kBool);
   const detail::AdditiveValues values = detail::additive_values(dtype, mask.device());
   return at::where(mask, values.attend, values.blocked);
 }
@@ -69,15 +77,7 @@ inline at::Tensor additive_mask(const at::Tensor& mask, at::ScalarType dtype) {
 /// a real key, aligned with the same views as `mask` [b, 1, q, kv].
 inline at::Tensor fold_key_padding(const at::Tensor& mask, const at::Tensor& key_keep) {
   detail::check_bool_mask(mask);
-  TORCH_CHECK(key_keep.defined() && key_keep.scalar_type() == at::kBool,
-              "key_keep: expected a Bool tensor but got ",
-              key_keep.defined() ? c10::toString(key_keep.scalar_type()) : "undefined");
-  TORCH_CHECK(
-      key_keep.dim() == 2 && key_keep.size(0) == mask.size(0) && key_keep.size(1) == mask.size(3),
-      "key_keep: expected shape [", mask.size(0), ", ", mask.size(3), "] but got ",
-      key_keep.sizes());
-  TORCH_CHECK(key_keep.device() == mask.device(), "key_keep: expected device ", mask.device(),
-              " but got ", key_keep.device());
+  detail::check_keep("key_keep", key_keep, mask, /*dim=*/3);
   return mask.logical_and(key_keep.view({mask.size(0), 1, 1, mask.size(3)}));
 }
 
@@ -85,15 +85,7 @@ inline at::Tensor fold_key_padding(const at::Tensor& mask, const at::Tensor& key
 /// query_keep: bool [b, q], true = a real query.
 inline at::Tensor fold_query_padding(const at::Tensor& mask, const at::Tensor& query_keep) {
   detail::check_bool_mask(mask);
-  TORCH_CHECK(query_keep.defined() && query_keep.scalar_type() == at::kBool,
-              "query_keep: expected a Bool tensor but got ",
-              query_keep.defined() ? c10::toString(query_keep.scalar_type()) : "undefined");
-  TORCH_CHECK(query_keep.dim() == 2 && query_keep.size(0) == mask.size(0) &&
-                  query_keep.size(1) == mask.size(2),
-              "query_keep: expected shape [", mask.size(0), ", ", mask.size(2), "] but got ",
-              query_keep.sizes());
-  TORCH_CHECK(query_keep.device() == mask.device(), "query_keep: expected device ", mask.device(),
-              " but got ", query_keep.device());
+  detail::check_keep("query_keep", query_keep, mask, /*dim=*/2);
   return mask.logical_and(query_keep.view({mask.size(0), 1, mask.size(2), 1}));
 }
 

@@ -1,6 +1,7 @@
 // The reference Llama-family decoder and its attention backends.
 
 #include <statickv/attention.hpp>
+#include <statickv/checks.hpp>
 #include <statickv/reference/model.hpp>
 
 #include <cmath>
@@ -52,10 +53,10 @@ at::Tensor run_kernel(AttentionKernel kernel, const at::Tensor& q, const at::Ten
                                           : reference_attention(q, k, v, mask);
 }
 
-void check_positions(const at::Tensor& positions, const char* who) {
-  TORCH_CHECK(positions.defined() && positions.dim() == 2 && positions.scalar_type() == at::kLong,
-              who, ": expected int64 positions [b, q] but got ",
-              positions.defined() ? positions.sizes() : at::IntArrayRef{});
+/// ids or positions: int64 [b, q].
+void check_tokens(const char* name, const at::Tensor& t) {
+  detail::check_rank(name, t, 2, "int64 [b, q]");
+  detail::check_dtype(name, t, at::kLong);
 }
 
 }  // namespace
@@ -134,15 +135,12 @@ std::pair<at::Tensor, at::Tensor> LlamaModel::rope(const at::Tensor& positions) 
 
 at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& positions,
                                AttentionBackend& backend, int64_t attend_len, Logits logits) const {
-  TORCH_CHECK(ids.defined() && ids.dim() == 2 && ids.scalar_type() == at::kLong,
-              "ids: expected int64 [b, q] but got ",
-              ids.defined() ? ids.sizes() : at::IntArrayRef{});
-  check_positions(positions, "positions");
+  check_tokens("ids", ids);
+  check_tokens("positions", positions);
   TORCH_CHECK(positions.sizes() == ids.sizes(), "positions: expected shape ", ids.sizes(),
               " (as ids) but got ", positions.sizes());
-  TORCH_CHECK(ids.device() == device_ && positions.device() == device_,
-              "ids/positions: expected device ", device_, " but got ", ids.device(), " and ",
-              positions.device());
+  detail::check_device("ids", ids, device_, " (the model's)");
+  detail::check_device("positions", positions, device_, " (the model's)");
   const int64_t b = ids.size(0);
   const int64_t q = ids.size(1);
   const int64_t heads = config_.num_attention_heads;
@@ -181,7 +179,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& position
 }
 
 void CacheBackend::begin(const at::Tensor& positions, int64_t attend_len) {
-  check_positions(positions, "CacheBackend.positions");
+  check_tokens("CacheBackend.positions", positions);
   step_ = std::make_unique<Step>(cache_.prepare(positions, positions.size(0), attend_len));
 }
 
@@ -206,7 +204,7 @@ DynamicCache::DynamicCache(const ModelConfig& config, AttentionKernel kernel)
 }
 
 void DynamicCache::begin(const at::Tensor& positions, int64_t /*attend_len*/) {
-  check_positions(positions, "DynamicCache.positions");
+  check_tokens("DynamicCache.positions", positions);
   TORCH_CHECK(!positions_.defined() || positions_.size(0) == positions.size(0),
               "DynamicCache.positions: expected ", positions_.defined() ? positions_.size(0) : 0,
               " rows (fixed for the cache's life) but got ", positions.size(0));
