@@ -8,7 +8,7 @@
 namespace statickv::test {
 
 struct AttentionStepShape {
-  int64_t heads = 4, kv_heads = 2, head_dim = 8;
+  int64_t heads = kHeads, kv_heads = kKvHeads, head_dim = kDim;
 };
 
 inline std::vector<InputSpec> attention_step_inputs(const AttentionStepShape& s,

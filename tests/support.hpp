@@ -1,7 +1,9 @@
 #pragma once
-// Test support: a cache snapshot for bit-identity checks, and a plain
-// reference that keeps every token of every row, against which the caches'
-// attention outputs are compared.
+// Test support: config builders (support/config.hpp), a cache snapshot for
+// bit-identity checks, and a plain reference that keeps every token of every
+// row, against which the caches' attention outputs are compared.
+
+#include "support/config.hpp"
 
 #include <statickv/statickv.hpp>
 

@@ -20,28 +20,13 @@ namespace {
 
 constexpr int64_t kMaxBatch = 4;
 constexpr int64_t kMaxLen = 48;
-constexpr int64_t kHeads = 4;
-constexpr int64_t kKvHeads = 2;
-constexpr int64_t kDim = 8;
 constexpr int kThreads = 4;
-
-CacheConfig thread_config() {
-  CacheConfig c;
-  c.num_layers = 2;
-  c.num_kv_heads = kKvHeads;
-  c.head_dim = kDim;
-  c.max_batch = kMaxBatch;
-  c.max_len = kMaxLen;
-  c.layer_types = {LayerType::kSliding, LayerType::kFull};
-  c.sliding_window = 5;
-  c.max_chunk = 4;
-  return c;
-}
 
 // A cache with its references and the lengths of its rows: what one
 // sequence of random steps needs.
 struct Driven {
-  HybridCache cache{thread_config()};
+  HybridCache cache{
+      ConfigBuilder().max_batch(kMaxBatch).max_len(kMaxLen).hybrid(/*window=*/5, /*chunk=*/4)};
   ReferenceLayer sliding{kMaxBatch, kKvHeads, kMaxLen, kDim, /*window=*/5};
   ReferenceLayer full{kMaxBatch, kKvHeads, kMaxLen, kDim, /*window=*/0};
   std::vector<int64_t> length = std::vector<int64_t>(kMaxBatch, 0);
