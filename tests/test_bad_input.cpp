@@ -6,7 +6,7 @@
 // rejecting (position values) are pinned here too: they must land in the
 // scratch slot, never outside a buffer.
 
-#include "runner_support.hpp"
+#include "support.hpp"
 
 #include <cmath>
 #include <functional>

@@ -1,7 +1,7 @@
 // [cuda] tests: the cache on a GPU, eagerly and captured in a CUDA graph.
 // Built whenever LibTorch has CUDA; run where a device exists.
 
-#include "runner_support.hpp"
+#include "support.hpp"
 
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>

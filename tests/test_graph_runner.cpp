@@ -2,7 +2,7 @@
 // never touches a live row, bucketed outputs equal to unbucketed ones, and
 // stats. The same runner replays CUDA graphs on a GPU (test_cuda.cpp).
 
-#include "runner_support.hpp"
+#include "support.hpp"
 
 #include <random>
 

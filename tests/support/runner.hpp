@@ -3,7 +3,13 @@
 // [B, Q, ...] (positions, keys/values, queries), one prepare, an update and
 // attention for every layer, output [B, Q, heads, head_dim].
 
-#include "support.hpp"
+#include "config.hpp"
+
+#include <statickv/statickv.hpp>
+
+#include <ATen/ATen.h>
+
+#include <vector>
 
 namespace statickv::test {
 
