@@ -8,7 +8,7 @@
 //   row the model can vouch for, in every layer; seq_lengths equals the
 //   model's; buffer addresses never change;
 // - an invalid call raises c10::Error naming its argument, and leaves every
-//   buffer and all bookkeeping bit-identical;
+//   buffer and all bookkeeping bit-identical (a Snapshot, tests/support);
 // - positions the device routes (check_position_values = false, as on CUDA):
 //   any int64 values at all never raise, never crash, never index outside a
 //   buffer (LibTorch's CPU index kernels would raise) and never change a row
@@ -22,6 +22,8 @@
 // A failed check prints what failed and aborts, so libFuzzer saves the input.
 // Built with clang's -fsanitize=fuzzer (CI: a short run on corpus/) or with
 // replay_main.cpp, which runs saved inputs (and random ones) without libFuzzer.
+
+#include "support/snapshot.hpp"
 
 #include <statickv/statickv.hpp>
 
@@ -49,6 +51,8 @@ using statickv::KV;
 using statickv::LayerType;
 using statickv::ShapeBuckets;
 using statickv::Step;
+using statickv::test::addresses;
+using statickv::test::Snapshot;
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
@@ -234,34 +238,10 @@ struct Model {
   }
 };
 
-// Everything the cache stores, cloned: for bit-identity after a refused call.
-struct State {
-  std::vector<at::Tensor> tensors;
-  explicit State(const statickv::CacheBase& cache) {
-    for (int64_t l = 0; l < cache.num_layers(); ++l) {
-      tensors.push_back(cache.keys(l).clone());
-      tensors.push_back(cache.values(l).clone());
-      tensors.push_back(cache.slot_positions(l).clone());
-    }
-    tensors.push_back(cache.seq_lengths().clone());
-  }
-  bool operator==(const State& o) const {
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      if (!at::equal(tensors[i], o.tensors[i])) return false;
-    }
-    return true;
-  }
-};
-
 class Session {
  public:
   Session(const CacheConfig& config, Input& in)
-      : in_(in), cache_(config), model_(config), rng_(in.bits(32)) {
-    const auto& c = cache_.config();
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-      addresses_.push_back(cache_.keys(l).data_ptr());
-      addresses_.push_back(cache_.values(l).data_ptr());
-    }
+      : in_(in), cache_(config), model_(config), rng_(in.bits(32)), addresses_(addresses(cache_)) {
     group_ = in.range(1, 2);
   }
 
@@ -352,7 +332,7 @@ class Session {
   // with nothing changed.
   void bad_call() {
     ++stats.bad_calls;
-    const State before(cache_);
+    const Snapshot before(cache_);
     const int64_t b = max_batch();
     const int64_t layers = cache_.num_layers();
     const int64_t chunk = cache_.config().chunk_limit();
@@ -456,7 +436,7 @@ class Session {
         }
         break;
     }
-    FUZZ_CHECK(State(cache_) == before, what + " changed the cache");
+    FUZZ_CHECK(before.same_as(cache_), what + " changed the cache");
   }
 
   // Positions of one step. Valid steps keep each row's positions past the
@@ -516,7 +496,7 @@ class Session {
     const at::Tensor positions =
         shared ? at::tensor(pos, at::kLong) : at::tensor(pos, at::kLong).view({b, q});
 
-    const State before(cache_);
+    const Snapshot before(cache_);
     std::optional<Step> planned;
     try {
       planned.emplace(cache_.prepare(positions, b, attend));
@@ -528,7 +508,7 @@ class Session {
       FUZZ_CHECK(chaos || !valid_on_host(pos, rows, q, attend),
                  std::string("valid step refused: ") + e.what_without_backtrace());
       FUZZ_CHECK(mentions(e, "cache_position["), e.what_without_backtrace());
-      FUZZ_CHECK(State(cache_) == before, "a refused prepare changed the cache");
+      FUZZ_CHECK(before.same_as(cache_), "a refused prepare changed the cache");
       ++stats.refused_steps;
       return;
     }
@@ -734,21 +714,17 @@ class Session {
                  "seq_lengths row " + std::to_string(r) + ": " + std::to_string(data[r]) +
                      " != " + std::to_string(model_.rows[static_cast<size_t>(r)].seq_length));
     }
-    size_t i = 0;
-    for (int64_t l = 0; l < cache_.num_layers(); ++l) {
-      FUZZ_CHECK(cache_.keys(l).data_ptr() == addresses_[i++], "a key buffer moved");
-      FUZZ_CHECK(cache_.values(l).data_ptr() == addresses_[i++], "a value buffer moved");
-    }
+    FUZZ_CHECK(addresses(cache_) == addresses_, "a buffer moved");
   }
 
   Input& in_;
   HybridCache cache_;
   Model model_;
   std::mt19937 rng_;
-  std::vector<const void*> addresses_;
-  int64_t group_ = 1;              // query heads per kv head
-  std::optional<Step> last_step_;  // the latest step made
-  bool stale_ = true;              // a row operation came after it
+  std::vector<const void*> addresses_;  // every buffer's, at construction
+  int64_t group_ = 1;                   // query heads per kv head
+  std::optional<Step> last_step_;       // the latest step made
+  bool stale_ = true;                   // a row operation came after it
 };
 
 CacheConfig small_config(Input& in) {
