@@ -50,14 +50,27 @@ if [ "$FUZZ_SECONDS" != 0 ]; then
       -DSTATICKV_BUILD_EXAMPLES=OFF -DSTATICKV_INSTALL=OFF >"$FUZZ_DIR/configure.log" 2>&1 ||
       { tail -40 "$FUZZ_DIR/configure.log"; rm -f "$FUZZ_DIR/CMakeCache.txt"; exit 1; }
   fi
-  echo "== fuzzing for ${FUZZ_SECONDS}s (tests/fuzz; corpus tests/fuzz/corpus)"
-  cmake --build "$FUZZ_DIR" -j "$(nproc)" --target statickv_fuzz
-  # New inputs go to build-fuzz/fuzz-corpus; a failing input is saved as
-  # build-fuzz/crash-<sha1> (replay it: build-fuzz/tests/fuzz/statickv_fuzz <file>).
-  mkdir -p "$FUZZ_DIR/fuzz-corpus"
-  "$FUZZ_DIR/tests/fuzz/statickv_fuzz" -max_total_time="$FUZZ_SECONDS" -timeout=10 -seed=1 \
-    -print_final_stats=1 -artifact_prefix="$FUZZ_DIR/" \
-    "$FUZZ_DIR/fuzz-corpus" tests/fuzz/corpus 2>"$FUZZ_DIR/fuzz.log" ||
-    { tail -60 "$FUZZ_DIR/fuzz.log"; exit 1; }
-  grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)' "$FUZZ_DIR/fuzz.log"
+  # One libFuzzer target per file of tests/fuzz, each from its own corpus
+  # (tests/fuzz/corpus/<target>), for its share of the time: the cache
+  # sessions, whose state space is by far the largest, get 6/8, config and
+  # buckets 1/8 each (at least a second: -max_total_time=0 means no limit).
+  config_seconds=$((FUZZ_SECONDS / 8 > 0 ? FUZZ_SECONDS / 8 : 1))
+  cache_seconds=$((FUZZ_SECONDS - 2 * config_seconds > 0 ? FUZZ_SECONDS - 2 * config_seconds : 1))
+  echo "== fuzzing for ${FUZZ_SECONDS}s (tests/fuzz; corpora tests/fuzz/corpus/*)"
+  cmake --build "$FUZZ_DIR" -j "$(nproc)" \
+    --target statickv_fuzz_cache statickv_fuzz_config statickv_fuzz_buckets
+  for target in cache:$cache_seconds config:$config_seconds buckets:$config_seconds; do
+    name=${target%%:*}
+    seconds=${target#*:}
+    # New inputs go to build-fuzz/fuzz-corpus/<target>; a failing input is
+    # saved as build-fuzz/<target>-crash-<sha1> (replay it:
+    # build-fuzz/tests/fuzz/statickv_fuzz_<target> <file>).
+    mkdir -p "$FUZZ_DIR/fuzz-corpus/$name"
+    echo "-- statickv_fuzz_$name for ${seconds}s"
+    "$FUZZ_DIR/tests/fuzz/statickv_fuzz_$name" -max_total_time="$seconds" -timeout=10 -seed=1 \
+      -print_final_stats=1 -artifact_prefix="$FUZZ_DIR/$name-" \
+      "$FUZZ_DIR/fuzz-corpus/$name" "tests/fuzz/corpus/$name" 2>"$FUZZ_DIR/fuzz-$name.log" ||
+      { tail -60 "$FUZZ_DIR/fuzz-$name.log"; exit 1; }
+    grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)' "$FUZZ_DIR/fuzz-$name.log"
+  done
 fi

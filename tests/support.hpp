@@ -1,7 +1,13 @@
 #pragma once
-// Test support: a cache snapshot for bit-identity checks, and a plain
-// reference that keeps every token of every row, against which the caches'
-// attention outputs are compared.
+// Test support, the one include of every test file: config builders
+// (support/config.hpp), cache snapshots for bit-identity checks
+// (support/snapshot.hpp), GraphRunner steps (support/runner.hpp), tensor
+// helpers, and a plain reference that keeps every token of every row,
+// against which the caches' attention outputs are compared.
+
+#include "support/config.hpp"
+#include "support/runner.hpp"
+#include "support/snapshot.hpp"
 
 #include <statickv/statickv.hpp>
 
@@ -26,44 +32,6 @@ inline at::Tensor bools(std::vector<int64_t> values) {
 }
 inline at::Tensor arange_positions(int64_t start, int64_t count) {
   return at::arange(start, start + count, i64());
-}
-
-/// Everything a cache stores, cloned.
-struct Snapshot {
-  std::vector<at::Tensor> keys, values, slot_positions;
-  at::Tensor seq_lengths;
-
-  explicit Snapshot(const CacheBase& cache) {
-    for (int64_t l = 0; l < cache.num_layers(); ++l) {
-      keys.push_back(cache.keys(l).clone());
-      values.push_back(cache.values(l).clone());
-      slot_positions.push_back(cache.slot_positions(l).clone());
-    }
-    seq_lengths = cache.seq_lengths().clone();
-  }
-
-  /// True when every buffer and all bookkeeping are bit-identical.
-  bool same_as(const CacheBase& cache) const {
-    for (int64_t l = 0; l < cache.num_layers(); ++l) {
-      if (!at::equal(keys[l], cache.keys(l)) || !at::equal(values[l], cache.values(l)) ||
-          !at::equal(slot_positions[l], cache.slot_positions(l))) {
-        return false;
-      }
-    }
-    return at::equal(seq_lengths, cache.seq_lengths());
-  }
-};
-
-/// Data pointers of every buffer a cache owns that a user can see.
-inline std::vector<const void*> addresses(const CacheBase& cache) {
-  std::vector<const void*> out;
-  for (int64_t l = 0; l < cache.num_layers(); ++l) {
-    out.push_back(cache.keys(l).data_ptr());
-    out.push_back(cache.values(l).data_ptr());
-    out.push_back(cache.slot_positions(l).data_ptr());
-  }
-  out.push_back(cache.seq_lengths().data_ptr());
-  return out;
 }
 
 /// Keeps every token ever written, per row and position, for one layer.

@@ -6,7 +6,7 @@
 // rejecting (position values) are pinned here too: they must land in the
 // scratch slot, never outside a buffer.
 
-#include "runner_support.hpp"
+#include "support.hpp"
 
 #include <cmath>
 #include <functional>
@@ -18,16 +18,14 @@ using namespace statickv::test;
 
 namespace {
 
-CacheConfig config_for(std::vector<LayerType> types) {
-  CacheConfig c;
-  c.num_layers = static_cast<int64_t>(types.size());
-  c.num_kv_heads = 2;
-  c.head_dim = 4;
-  c.max_batch = 3;
-  c.max_len = 16;
-  c.layer_types = std::move(types);
-  c.sliding_window = 4;
-  return c;
+// The shape of every cache here: 2 kv heads of 4, 3 rows, 16 positions, window 4.
+ConfigBuilder config_for(std::vector<LayerType> types) {
+  return ConfigBuilder()
+      .layer_types(std::move(types))
+      .head_dim(4)
+      .max_batch(3)
+      .max_len(16)
+      .sliding_window(4);
 }
 
 // A cache with some real content, so "nothing changed" is a strong claim.
@@ -319,8 +317,7 @@ TEST_CASE("every bad argument raises a named error and leaves the cache bit-iden
       {"hybrid", {LayerType::kSliding, LayerType::kFull}},
   };
   for (const auto& [name, types] : layouts) {
-    CacheConfig config = config_for(types);
-    config.max_chunk = 4;
+    const CacheConfig config = config_for(types).max_chunk(4);
     std::unique_ptr<CacheBase> cache;
     if (std::string(name) == "static") {
       cache = std::make_unique<StaticCache>(config);
@@ -340,9 +337,7 @@ TEST_CASE("every bad argument raises a named error and leaves the cache bit-iden
 }
 
 TEST_CASE("a sliding cache rejects host positions spanning more than max_chunk", "[errors]") {
-  CacheConfig config = config_for({LayerType::kSliding});
-  config.max_chunk = 4;
-  HybridCache cache(config);
+  HybridCache cache(config_for({LayerType::kSliding}).max_chunk(4));
   fill(cache);
   const Snapshot before(cache);
   require_error(
@@ -385,8 +380,7 @@ TEST_CASE("a step of a destroyed cache is refused by a new cache built at its ad
   // would give: identity by address alone would accept the old step, whose
   // slots index a 64-slot buffer, in a 16-slot one.
   alignas(HybridCache) unsigned char storage[sizeof(HybridCache)];
-  CacheConfig big = config_for({LayerType::kFull});
-  big.max_len = 64;
+  const CacheConfig big = config_for({LayerType::kFull}).max_len(64);
   auto* first = new (storage) HybridCache(big);
   const Step old = first->prepare(positions({40}), 3);
   first->~HybridCache();
@@ -514,17 +508,16 @@ TEST_CASE("every impossible config is refused by validate, both constructors and
 }
 
 TEST_CASE("configs at the int64 limits are sized without overflow", "[errors][config]") {
-  CacheConfig c = config_for({LayerType::kSliding, LayerType::kFull});
-  c.sliding_window = kMax;  // wider than max_len: the ring holds every position
+  // A window wider than max_len: the ring holds every position.
+  const CacheConfig c = config_for({LayerType::kSliding, LayerType::kFull}).sliding_window(kMax);
   CHECK_NOTHROW(c.validate());
   CHECK(c.sliding_capacity() == c.max_len);
   HybridCache cache(c);
   CHECK(cache.capacity(0) == 16);
   CHECK(cache.memory_bytes() == estimate_memory_bytes(c));
 
-  CacheConfig ring = config_for({LayerType::kSliding});
-  ring.max_len = int64_t{1} << 40;  // positions up to 2^40, but a 7-slot ring
-  ring.max_chunk = 4;
+  // Positions up to 2^40, but a 7-slot ring.
+  const CacheConfig ring = config_for({LayerType::kSliding}).max_len(int64_t{1} << 40).max_chunk(4);
   CHECK(ring.sliding_capacity() == 7);
   CHECK(estimate_memory_bytes(ring) == 3 * 8 + 2 * 3 * 2 * 8 * 4 * 4 + 3 * 8 * 8 + 3 * 2 * 8);
 }
@@ -562,9 +555,8 @@ TEST_CASE("device-routed positions that cannot be stored go to the scratch slot"
           "[errors][routing]") {
   // As on CUDA: position values are never read on the host, so nothing is
   // rejected; every index a kernel sees must still be inside its buffer.
-  CacheConfig c = config_for({LayerType::kSliding, LayerType::kFull});
-  c.max_len = 32;
-  c.check_position_values = false;
+  const CacheConfig c =
+      config_for({LayerType::kSliding, LayerType::kFull}).max_len(32).check_position_values(false);
   HybridCache cache(c);
   REQUIRE(cache.capacity(0) == 7);  // window 4 + chunk 4 - 1
   const at::Tensor pos = positions(3, {
@@ -864,11 +856,11 @@ TEST_CASE("pad_into and unpad name each bad argument", "[errors][buckets]") {
 
 TEST_CASE("GraphRunner names each bad argument and leaves the cache and its stats unchanged",
           "[errors][runner]") {
-  CacheConfig c = config_for({LayerType::kSliding, LayerType::kFull});
-  c.head_dim = 8;
-  c.max_batch = 4;
-  c.max_len = 32;
-  c.max_chunk = 8;
+  const CacheConfig c = config_for({LayerType::kSliding, LayerType::kFull})
+                            .head_dim(8)
+                            .max_batch(4)
+                            .max_len(32)
+                            .max_chunk(8);
   HybridCache cache(c);
   GraphRunner::Options options;
   options.batch_buckets = ShapeBuckets::powers_of_two(4);

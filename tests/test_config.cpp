@@ -7,15 +7,8 @@ using namespace statickv;
 using namespace statickv::test;
 
 namespace {
-CacheConfig valid() {
-  CacheConfig c;
-  c.num_layers = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 8;
-  c.max_batch = 2;
-  c.max_len = 64;
-  return c;
-}
+// A sound config: 4 full layers, 2 kv heads of 8, 2 rows of 64 positions.
+CacheConfig valid() { return ConfigBuilder().num_layers(4).max_batch(2).max_len(64); }
 }  // namespace
 
 TEST_CASE("validate accepts a sound config and names the field of each impossible one",

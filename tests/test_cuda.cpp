@@ -1,7 +1,7 @@
 // [cuda] tests: the cache on a GPU, eagerly and captured in a CUDA graph.
 // Built whenever LibTorch has CUDA; run where a device exists.
 
-#include "runner_support.hpp"
+#include "support.hpp"
 
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -12,16 +12,11 @@ using namespace statickv::test;
 
 namespace {
 
-CacheConfig gpu_config(int64_t max_batch, int64_t max_len, at::ScalarType dtype) {
-  CacheConfig c;
-  c.num_layers = 2;
-  c.num_kv_heads = 2;
-  c.head_dim = 64;
-  c.max_batch = max_batch;
-  c.max_len = max_len;
-  c.dtype = dtype;
-  c.device = at::Device(at::kCUDA, 0);
-  return c;
+// Every cache here: 2 layers, 2 kv heads of 64, on the first GPU.
+ConfigBuilder gpu_config(int64_t max_batch, int64_t max_len, at::ScalarType dtype) {
+  ConfigBuilder c;
+  c.head_dim(64).device(at::Device(at::kCUDA, 0));
+  return c.max_batch(max_batch).max_len(max_len).dtype(dtype);
 }
 
 at::TensorOptions on_gpu(at::ScalarType dtype) {
@@ -59,10 +54,8 @@ TEST_CASE("a decode step captured once in a CUDA graph replays for every positio
   const at::ScalarType dtype = at::kHalf;
   const int64_t b = 4, max_len = 32, prefill = 5;
   // Layer 0 a sliding ring of 8 + 8 - 1 slots that wraps during decode.
-  CacheConfig config = gpu_config(/*max_batch=*/8, max_len, dtype);
-  config.layer_types = {LayerType::kSliding, LayerType::kFull};
-  config.sliding_window = 8;
-  config.max_chunk = 8;
+  const CacheConfig config =
+      gpu_config(/*max_batch=*/8, max_len, dtype).hybrid(/*window=*/8, /*chunk=*/8);
   HybridCache eager(config);
   HybridCache graphed(config);
   at::manual_seed(2);
@@ -157,12 +150,10 @@ TEST_CASE("on CUDA, padded queries give finite outputs and leave live rows intac
 
 namespace {
 
-CacheConfig runner_gpu_config(int64_t max_batch, int64_t max_len) {
-  CacheConfig c = gpu_config(max_batch, max_len, at::kHalf);
-  c.layer_types = {LayerType::kSliding, LayerType::kFull};
-  c.sliding_window = 16;
-  c.max_chunk = std::min<int64_t>(64, max_len);  // validate() caps max_chunk at max_len
-  return c;
+// The runner's cache: a ring of window 16 beside a full layer, in half.
+ConfigBuilder runner_gpu_config(int64_t max_batch, int64_t max_len) {
+  // validate() caps max_chunk at max_len.
+  return gpu_config(max_batch, max_len, at::kHalf).hybrid(16, std::min<int64_t>(64, max_len));
 }
 
 }  // namespace

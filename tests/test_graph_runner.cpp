@@ -2,29 +2,12 @@
 // never touches a live row, bucketed outputs equal to unbucketed ones, and
 // stats. The same runner replays CUDA graphs on a GPU (test_cuda.cpp).
 
-#include "runner_support.hpp"
+#include "support.hpp"
 
 #include <random>
 
 using namespace statickv;
 using namespace statickv::test;
-
-namespace {
-
-CacheConfig runner_cache(int64_t max_batch, int64_t max_len) {
-  CacheConfig c;
-  c.num_layers = 2;
-  c.num_kv_heads = 2;
-  c.head_dim = 8;
-  c.max_batch = max_batch;
-  c.max_len = max_len;
-  c.layer_types = {LayerType::kSliding, LayerType::kFull};
-  c.sliding_window = 6;
-  c.max_chunk = 32;
-  return c;
-}
-
-}  // namespace
 
 TEST_CASE("bucket policies produce the documented sizes", "[buckets]") {
   CHECK(ShapeBuckets::powers_of_two(12).sizes() == std::vector<int64_t>{1, 2, 4, 8, 12});
@@ -64,8 +47,10 @@ TEST_CASE("pad_into fills padding and unpad recovers the real part", "[buckets]"
 TEST_CASE("bucketed runs equal unbucketed runs for every batch size and 40 prompt lengths",
           "[runner]") {
   const int64_t max_batch = 8, max_len = 128;
-  HybridCache bucketed(runner_cache(max_batch, max_len));
-  HybridCache exact(runner_cache(max_batch, max_len));
+  const CacheConfig config =
+      ConfigBuilder().max_batch(max_batch).max_len(max_len).hybrid(/*window=*/6, /*chunk=*/32);
+  HybridCache bucketed(config);
+  HybridCache exact(config);
   const AttentionStepShape shape;
   GraphRunner::Options options;
   options.batch_buckets = ShapeBuckets::powers_of_two(max_batch);
@@ -116,7 +101,7 @@ TEST_CASE("bucketed runs equal unbucketed runs for every batch size and 40 promp
 }
 
 TEST_CASE("padded rows of a bucket leave the rows past the live batch bit-identical", "[runner]") {
-  HybridCache cache(runner_cache(/*max_batch=*/8, /*max_len=*/32));
+  HybridCache cache(ConfigBuilder().max_batch(8).max_len(32).hybrid(/*window=*/6, /*chunk=*/32));
   GraphRunner::Options options;
   options.batch_buckets = ShapeBuckets::of({8});
   options.query_buckets = ShapeBuckets::of({4});
@@ -146,7 +131,7 @@ TEST_CASE("padded rows of a bucket leave the rows past the live batch bit-identi
 }
 
 TEST_CASE("a key's static buffers keep their addresses across calls", "[runner]") {
-  HybridCache cache(runner_cache(/*max_batch=*/4, /*max_len=*/32));
+  HybridCache cache(ConfigBuilder().max_batch(4).max_len(32).hybrid(/*window=*/6, /*chunk=*/32));
   GraphRunner::Options options;
   options.batch_buckets = ShapeBuckets::powers_of_two(4);
   options.query_buckets = ShapeBuckets::powers_of_two(8);
@@ -241,7 +226,7 @@ TEST_CASE("GraphRunner rejects row outputs that are not per row", "[runner][erro
 }
 
 TEST_CASE("GraphRunner rejects inputs that match no spec or bucket", "[runner][errors]") {
-  HybridCache cache(runner_cache(/*max_batch=*/4, /*max_len=*/32));
+  HybridCache cache(ConfigBuilder().max_batch(4).max_len(32).hybrid(/*window=*/6, /*chunk=*/32));
   GraphRunner::Options options;
   options.batch_buckets = ShapeBuckets::powers_of_two(4);
   options.query_buckets = ShapeBuckets::powers_of_two(8);

@@ -11,10 +11,6 @@ using namespace statickv::test;
 
 namespace {
 
-constexpr int64_t kHeads = 4;
-constexpr int64_t kKvHeads = 2;
-constexpr int64_t kDim = 8;
-
 // [b, H, T, D] gathered at per-row positions [b, q] (padding reads position 0).
 at::Tensor gather_positions(const at::Tensor& seq, const at::Tensor& pos) {
   const at::Tensor index = pos.clamp_min(0);
@@ -85,21 +81,6 @@ double run_and_compare(HybridCache& cache, const Sequences& s,
   return worst;
 }
 
-CacheConfig hybrid_config(int64_t max_batch, int64_t max_len, int64_t window, int64_t chunk,
-                          at::ScalarType dtype) {
-  CacheConfig c;
-  c.num_layers = 2;
-  c.num_kv_heads = kKvHeads;
-  c.head_dim = kDim;
-  c.max_batch = max_batch;
-  c.max_len = max_len;
-  c.dtype = dtype;
-  c.layer_types = {LayerType::kSliding, LayerType::kFull};
-  c.sliding_window = window;
-  c.max_chunk = chunk;
-  return c;
-}
-
 }  // namespace
 
 TEST_CASE(
@@ -120,7 +101,8 @@ TEST_CASE(
                        : std::vector<int64_t>{prompt};
             const int64_t decode = 3 * window + 2;
             const int64_t total = prompt + 2 + decode;
-            HybridCache cache(hybrid_config(/*max_batch=*/4, total, window, chunk, dtype));
+            HybridCache cache(
+                ConfigBuilder().max_batch(4).max_len(total).hybrid(window, chunk).dtype(dtype));
             const Sequences s = random_sequences(static_cast<int64_t>(lens.size()), total, dtype);
             const double diff = run_and_compare(cache, s, lens, chunk, decode);
             INFO("dtype " << dtype << " window " << window << " prompt " << prompt << " chunk "
@@ -136,8 +118,7 @@ TEST_CASE(
 TEST_CASE("a prefill longer than the window leaves the newest positions in the ring",
           "[hybrid][ring]") {
   // window 4, chunks of up to 10: the ring has 4 + 10 - 1 = 13 slots.
-  HybridCache cache(
-      hybrid_config(/*max_batch=*/1, /*max_len=*/64, /*window=*/4, /*chunk=*/10, at::kFloat));
+  HybridCache cache(ConfigBuilder().max_batch(1).max_len(64).hybrid(/*window=*/4, /*chunk=*/10));
   CHECK(cache.capacity(0) == 13);
   CHECK(cache.capacity(1) == 64);
   Step step = cache.prepare(arange_positions(0, 10), 1);
@@ -160,8 +141,7 @@ TEST_CASE("a prefill longer than the window leaves the newest positions in the r
 }
 
 TEST_CASE("decode past the window writes one slot in place per step", "[hybrid][ring]") {
-  HybridCache cache(
-      hybrid_config(/*max_batch=*/2, /*max_len=*/64, /*window=*/3, /*chunk=*/1, at::kFloat));
+  HybridCache cache(ConfigBuilder().max_batch(2).max_len(64).hybrid(/*window=*/3, /*chunk=*/1));
   CHECK(cache.capacity(0) == 3);  // decode-only: exactly the window
   const auto before = addresses(cache);
   for (int64_t p = 0; p < 20; ++p) {
@@ -181,11 +161,11 @@ TEST_CASE("decode past the window writes one slot in place per step", "[hybrid][
 }
 
 TEST_CASE("masks are computed once per layer type and shared by its layers", "[hybrid][mask]") {
-  CacheConfig c =
-      hybrid_config(/*max_batch=*/2, /*max_len=*/32, /*window=*/4, /*chunk=*/4, at::kFloat);
-  c.num_layers = 6;
-  c.layer_types = sliding_then_full(6, 2);  // S S F S S F
-  HybridCache cache(c);
+  HybridCache cache(ConfigBuilder()
+                        .max_batch(2)
+                        .max_len(32)
+                        .hybrid(/*window=*/4, /*chunk=*/4)
+                        .layer_types(sliding_then_full(6, 2)));  // S S F S S F
   Step step = cache.prepare(arange_positions(0, 4), 2);
   CHECK(step.mask(0).data_ptr() == step.mask(1).data_ptr());
   CHECK(step.mask(0).data_ptr() == step.mask(4).data_ptr());
@@ -200,7 +180,7 @@ TEST_CASE("the additive mask blocks exactly what the bool mask blocks, and atten
   for (at::ScalarType dtype : {at::kFloat, at::kHalf, at::kBFloat16}) {
     INFO("dtype " << dtype);
     HybridCache cache(
-        hybrid_config(/*max_batch=*/3, /*max_len=*/16, /*window=*/3, /*chunk=*/4, dtype));
+        ConfigBuilder().max_batch(3).max_len(16).hybrid(/*window=*/3, /*chunk=*/4).dtype(dtype));
     at::manual_seed(11);
     // Ragged prefill (row 1 padded after two tokens, row 2 all padding), then
     // a ragged decode step in which row 2 is still padding.
@@ -239,10 +219,12 @@ TEST_CASE("the additive mask blocks exactly what the bool mask blocks, and atten
 
 TEST_CASE("duplicate ring slots in one device-routed write keep only the newest position",
           "[hybrid][ring]") {
-  CacheConfig c =
-      hybrid_config(/*max_batch=*/1, /*max_len=*/32, /*window=*/2, /*chunk=*/3, at::kFloat);
-  c.check_position_values = false;  // as on CUDA: values are not read on the host
-  HybridCache cache(c);
+  // As on CUDA: position values are not read on the host.
+  HybridCache cache(ConfigBuilder()
+                        .max_batch(1)
+                        .max_len(32)
+                        .hybrid(/*window=*/2, /*chunk=*/3)
+                        .check_position_values(false));
   CHECK(cache.capacity(0) == 4);
   // Positions 1 and 5 share slot 1; 9 too. Only 9 may be stored there.
   Step step = cache.prepare(positions({1, 5, 9}), 1);
@@ -258,15 +240,14 @@ TEST_CASE("memory_bytes shows the ring's saving and matches the estimate before 
           "[hybrid][memory]") {
   // Gemma-3-like layer pattern (5 sliding : 1 full, window 1024, max_len
   // 32768) at a small head size so the test allocates little.
-  CacheConfig c;
-  c.num_layers = 12;
-  c.num_kv_heads = 1;
-  c.head_dim = 4;
-  c.max_batch = 1;
-  c.max_len = 32768;
-  c.sliding_window = 1024;
-  c.max_chunk = 512;
-  c.layer_types = sliding_then_full(12, 5);
+  const CacheConfig c = ConfigBuilder()
+                            .layer_types(sliding_then_full(12, 5))
+                            .num_kv_heads(1)
+                            .head_dim(4)
+                            .max_batch(1)
+                            .max_len(32768)
+                            .sliding_window(1024)
+                            .max_chunk(512);
   CacheConfig full = c;
   full.layer_types.clear();
   HybridCache hybrid(c);
@@ -284,8 +265,7 @@ TEST_CASE("memory_bytes shows the ring's saving and matches the estimate before 
 }
 
 TEST_CASE("row operations keep sliding and full layers consistent", "[hybrid][rows]") {
-  HybridCache cache(
-      hybrid_config(/*max_batch=*/3, /*max_len=*/32, /*window=*/3, /*chunk=*/4, at::kFloat));
+  HybridCache cache(ConfigBuilder().max_batch(3).max_len(32).hybrid(/*window=*/3, /*chunk=*/4));
   ReferenceLayer sliding(3, kKvHeads, 32, kDim, /*window=*/3);
   at::manual_seed(21);
   const at::Tensor pos = positions(3, {0, 1, 2, 3, 0, 1, -1, -1, 0, 1, 2, -1});
@@ -323,7 +303,7 @@ TEST_CASE("randomized step sequences match a reference that keeps every token",
     const int64_t window = uniform(1, 6);
     const int64_t chunk = uniform(1, 5);
     const int64_t max_len = uniform(12, 40);
-    HybridCache cache(hybrid_config(max_batch, max_len, window, chunk, at::kFloat));
+    HybridCache cache(ConfigBuilder().max_batch(max_batch).max_len(max_len).hybrid(window, chunk));
     ReferenceLayer ref_sliding(max_batch, kKvHeads, max_len, kDim, window);
     ReferenceLayer ref_full(max_batch, kKvHeads, max_len, kDim, 0);
     std::vector<int64_t> length(static_cast<size_t>(max_batch), 0);

@@ -19,9 +19,6 @@ constexpr int64_t kMaxBatch = 8;
 constexpr int64_t kMaxLen = 96;
 constexpr int64_t kWindow = 8;
 constexpr int64_t kChunk = 6;
-constexpr int64_t kHeads = 4;
-constexpr int64_t kKvHeads = 2;
-constexpr int64_t kDim = 8;
 constexpr int64_t kSteps = 5000;
 
 // What the serving loop knows about a row.
@@ -36,24 +33,11 @@ struct Counts {
   int64_t steps = 0, tokens = 0, joins = 0, finishes = 0, forks = 0, aborts = 0, reorders = 0;
 };
 
-CacheConfig soak_config() {
-  CacheConfig c;
-  c.num_layers = 2;
-  c.num_kv_heads = kKvHeads;
-  c.head_dim = kDim;
-  c.max_batch = kMaxBatch;
-  c.max_len = kMaxLen;
-  c.layer_types = {LayerType::kSliding, LayerType::kFull};
-  c.sliding_window = kWindow;
-  c.max_chunk = kChunk;
-  return c;
-}
-
 }  // namespace
 
 TEST_CASE("thousands of churned steps in a max_batch-row cache match a keep-every-token reference",
           "[soak]") {
-  HybridCache cache(soak_config());
+  HybridCache cache(ConfigBuilder().max_batch(kMaxBatch).max_len(kMaxLen).hybrid(kWindow, kChunk));
   ReferenceLayer ref_sliding(kMaxBatch, kKvHeads, kMaxLen, kDim, kWindow);
   ReferenceLayer ref_full(kMaxBatch, kKvHeads, kMaxLen, kDim, /*window=*/0);
   std::vector<Row> rows(kMaxBatch);

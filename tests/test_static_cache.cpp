@@ -7,19 +7,6 @@ using namespace statickv::test;
 
 namespace {
 
-CacheConfig small_config(int64_t max_batch, int64_t max_len, at::ScalarType dtype = at::kFloat) {
-  CacheConfig c;
-  c.num_layers = 2;
-  c.num_kv_heads = 2;
-  c.head_dim = 8;
-  c.max_batch = max_batch;
-  c.max_len = max_len;
-  c.dtype = dtype;
-  return c;
-}
-
-constexpr int64_t kQueryHeads = 4;  // grouped-query: 2 query heads per kv head
-
 // Feeds whole sequences through a cache in a prefill chunk then decode steps
 // and returns every step's attention output concatenated along q, for one
 // layer, computed with `attend` (the fused or the reference kernel).
@@ -66,14 +53,14 @@ TEST_CASE("decode through the cache equals attention recomputed without a cache"
   for (at::ScalarType dtype : {at::kFloat, at::kHalf, at::kBFloat16}) {
     for (const Case& c : cases) {
       at::manual_seed(7);
-      const at::Tensor q = at::randn({c.live_batch, kQueryHeads, c.total, 8});
+      const at::Tensor q = at::randn({c.live_batch, kHeads, c.total, 8});
       const at::Tensor k = at::randn({c.live_batch, 2, c.total, 8});
       const at::Tensor v = at::randn({c.live_batch, 2, c.total, 8});
       // Layer 1 stores 2x the data (see run_through_cache).
       const at::Tensor expected =
           recompute(q.to(dtype).to(at::kFloat), k.mul(2).to(dtype).to(at::kFloat),
                     v.mul(2).to(dtype).to(at::kFloat));
-      StaticCache cache(small_config(c.max_batch, /*max_len=*/32, dtype));
+      StaticCache cache(ConfigBuilder().max_batch(c.max_batch).max_len(32).dtype(dtype));
       const at::Tensor fused = run_through_cache(cache, c.live_batch, q, k, v, c.prefill,
                                                  c.follow_length, sdpa_attention);
       cache.reset();
@@ -93,13 +80,13 @@ TEST_CASE("a max_batch 16 cache serving live batch b equals a cache of exactly b
           "[static][batch-prefix]") {
   at::manual_seed(11);
   const int64_t total = 9;
-  const at::Tensor q = at::randn({16, kQueryHeads, total, 8});
+  const at::Tensor q = at::randn({16, kHeads, total, 8});
   const at::Tensor k = at::randn({16, 2, total, 8});
   const at::Tensor v = at::randn({16, 2, total, 8});
-  StaticCache big(small_config(/*max_batch=*/16, /*max_len=*/16));
+  StaticCache big(ConfigBuilder().max_batch(16).max_len(16));
   for (int64_t b = 1; b <= 16; ++b) {
     big.reset();
-    StaticCache exact(small_config(/*max_batch=*/b, /*max_len=*/16));
+    StaticCache exact(ConfigBuilder().max_batch(b).max_len(16));
     const auto slice = [&](const at::Tensor& t) { return t.narrow(0, 0, b); };
     const at::Tensor served = run_through_cache(big, b, slice(q), slice(k), slice(v),
                                                 /*prefill=*/4, false, sdpa_attention);
@@ -112,7 +99,7 @@ TEST_CASE("a max_batch 16 cache serving live batch b equals a cache of exactly b
 
 TEST_CASE("update returns batch-prefix views that share the cache's storage",
           "[static][batch-prefix]") {
-  StaticCache cache(small_config(/*max_batch=*/8, /*max_len=*/16));
+  StaticCache cache(ConfigBuilder().max_batch(8).max_len(16));
   Step step = cache.prepare(arange_positions(0, 3), /*live_batch=*/5, /*attend_len=*/10);
   const at::Tensor key = at::randn({5, 2, 3, 8});
   KV kv = cache.update(/*layer=*/0, key, key.neg(), step);
@@ -130,7 +117,7 @@ TEST_CASE("update returns batch-prefix views that share the cache's storage",
 
 TEST_CASE("no buffer address changes across updates, reset and row operations",
           "[static][addresses]") {
-  StaticCache cache(small_config(/*max_batch=*/4, /*max_len=*/16));
+  StaticCache cache(ConfigBuilder().max_batch(4).max_len(16));
   const auto before = addresses(cache);
   Step step = cache.prepare(arange_positions(0, 4), 4);
   for (int64_t l = 0; l < 2; ++l) {
@@ -151,7 +138,7 @@ TEST_CASE("no buffer address changes across updates, reset and row operations",
 }
 
 TEST_CASE("ragged per-row positions write each row at its own positions", "[static][ragged]") {
-  StaticCache cache(small_config(/*max_batch=*/3, /*max_len=*/16));
+  StaticCache cache(ConfigBuilder().max_batch(3).max_len(16));
   ReferenceLayer reference(3, 2, 16, 8, /*window=*/0);
   at::manual_seed(3);
   // Rows at different lengths: prefill 5, 2 and 7 tokens (left-aligned,
@@ -163,7 +150,7 @@ TEST_CASE("ragged per-row positions write each row at its own positions", "[stat
     const int64_t q = pos.size(1);
     const at::Tensor key = at::randn({3, 2, q, 8});
     const at::Tensor value = at::randn({3, 2, q, 8});
-    const at::Tensor query = at::randn({3, kQueryHeads, q, 8});
+    const at::Tensor query = at::randn({3, kHeads, q, 8});
     Step step = cache.prepare(pos, 3);
     KV kv = cache.update(0, key, value, step);
     reference.write(pos, key, value);
@@ -178,7 +165,7 @@ TEST_CASE("ragged per-row positions write each row at its own positions", "[stat
 
 TEST_CASE("padded tokens and padded rows never change another row or a live entry",
           "[static][padding]") {
-  StaticCache cache(small_config(/*max_batch=*/4, /*max_len=*/8));
+  StaticCache cache(ConfigBuilder().max_batch(4).max_len(8));
   Step step = cache.prepare(arange_positions(0, 4), 4);
   for (int64_t l = 0; l < 2; ++l) {
     cache.update(l, at::randn({4, 2, 4, 8}), at::randn({4, 2, 4, 8}), step);
@@ -208,7 +195,7 @@ TEST_CASE("padded tokens and padded rows never change another row or a live entr
   CHECK_FALSE(step.mask(0)[1].any().item<bool>());
   CHECK_FALSE(step.mask(0)[0][0][1].any().item<bool>());
   const at::Tensor out = reference_attention(
-      at::randn({3, kQueryHeads, 2, 8}), cache.keys(0).narrow(0, 0, 3).narrow(2, 0, 8),
+      at::randn({3, kHeads, 2, 8}), cache.keys(0).narrow(0, 0, 3).narrow(2, 0, 8),
       cache.values(0).narrow(0, 0, 3).narrow(2, 0, 8), step.mask(0));
   CHECK(at::isfinite(out).all().item<bool>());
   CHECK(at::equal(out[1], at::zeros_like(out[1])));
@@ -218,9 +205,7 @@ TEST_CASE("device-resident positions past max_len are routed to the scratch slot
           "[static][padding]") {
   // check_position_values=false makes a CPU cache behave as a CUDA cache
   // does: positions are never read on the host.
-  CacheConfig config = small_config(/*max_batch=*/2, /*max_len=*/4);
-  config.check_position_values = false;
-  StaticCache cache(config);
+  StaticCache cache(ConfigBuilder().max_batch(2).max_len(4).check_position_values(false));
   Step step = cache.prepare(arange_positions(0, 4), 2);
   for (int64_t l = 0; l < 2; ++l) {
     cache.update(l, at::randn({2, 2, 4, 8}), at::randn({2, 2, 4, 8}), step);
@@ -236,7 +221,7 @@ TEST_CASE("device-resident positions past max_len are routed to the scratch slot
 }
 
 TEST_CASE("duplicate positions in one step keep only the later token", "[static][padding]") {
-  StaticCache cache(small_config(/*max_batch=*/1, /*max_len=*/8));
+  StaticCache cache(ConfigBuilder().max_batch(1).max_len(8));
   Step step = cache.prepare(positions({2, 3, 2}), 1);
   const at::Tensor key = at::arange(3, f32()).view({1, 1, 3, 1}).expand({1, 2, 3, 8}).contiguous();
   cache.update(0, key, key, step);
@@ -245,7 +230,7 @@ TEST_CASE("duplicate positions in one step keep only the later token", "[static]
 }
 
 TEST_CASE("reset_rows empties exactly the named rows", "[static][rows]") {
-  StaticCache cache(small_config(/*max_batch=*/3, /*max_len=*/8));
+  StaticCache cache(ConfigBuilder().max_batch(3).max_len(8));
   Step step = cache.prepare(arange_positions(0, 3), 3);
   for (int64_t l = 0; l < 2; ++l) {
     cache.update(l, at::randn({3, 2, 3, 8}), at::randn({3, 2, 3, 8}), step);
@@ -265,7 +250,7 @@ TEST_CASE("reset_rows empties exactly the named rows", "[static][rows]") {
 }
 
 TEST_CASE("copy_row forks a prefilled row: both continue identically", "[static][rows]") {
-  StaticCache cache(small_config(/*max_batch=*/2, /*max_len=*/8));
+  StaticCache cache(ConfigBuilder().max_batch(2).max_len(8));
   at::manual_seed(5);
   const at::Tensor key = at::randn({1, 2, 4, 8});
   Step step = cache.prepare(arange_positions(0, 4), 1);
@@ -274,14 +259,14 @@ TEST_CASE("copy_row forks a prefilled row: both continue identically", "[static]
   const at::Tensor next = at::randn({1, 2, 1, 8}).expand({2, 2, 1, 8}).contiguous();
   step = cache.prepare(positions({4}), 2);
   KV kv = cache.update(0, next, next, step);
-  const at::Tensor query = at::randn({1, kQueryHeads, 1, 8}).expand({2, kQueryHeads, 1, 8});
+  const at::Tensor query = at::randn({1, kHeads, 1, 8}).expand({2, kHeads, 1, 8});
   const at::Tensor out = sdpa_attention(query, kv.keys, kv.values, step.mask(0));
   CHECK(at::equal(out[0], out[1]));
   CHECK(at::equal(cache.seq_lengths(), positions({5, 5})));
 }
 
 TEST_CASE("reorder gathers rows in place for beam search", "[static][rows]") {
-  StaticCache cache(small_config(/*max_batch=*/4, /*max_len=*/8));
+  StaticCache cache(ConfigBuilder().max_batch(4).max_len(8));
   // Row r holds the value r at positions 0..r.
   at::Tensor pos = positions(4, {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3});
   pos = at::where(pos.le(at::arange(4, i64()).view({4, 1})), pos, -1);
@@ -301,7 +286,7 @@ TEST_CASE("reorder gathers rows in place for beam search", "[static][rows]") {
 }
 
 TEST_CASE("a step made before a row operation is refused as stale", "[static][rows]") {
-  StaticCache cache(small_config(/*max_batch=*/2, /*max_len=*/8));
+  StaticCache cache(ConfigBuilder().max_batch(2).max_len(8));
   Step step = cache.prepare(positions({0}), 2);
   cache.reset_rows(positions({1}));
   const Snapshot before(cache);
@@ -315,7 +300,7 @@ TEST_CASE("a step made before a row operation is refused as stale", "[static][ro
 
 TEST_CASE("memory_bytes counts buffers with their scratch slot and the bookkeeping",
           "[static][memory]") {
-  StaticCache cache(small_config(/*max_batch=*/2, /*max_len=*/8));
+  StaticCache cache(ConfigBuilder().max_batch(2).max_len(8));
   const int64_t buffers = 2 /*layers*/ * 2 /*k,v*/ * 2 * 2 * 9 * 8 * 4 /*bytes*/;
   const int64_t bookkeeping =
       2 * 9 * 8 /*slot_positions*/ + 2 * 8 /*seq_lengths*/ + 2 * 2 * 8 /*row_head_base*/;

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -20,28 +21,13 @@ namespace {
 
 constexpr int64_t kMaxBatch = 4;
 constexpr int64_t kMaxLen = 48;
-constexpr int64_t kHeads = 4;
-constexpr int64_t kKvHeads = 2;
-constexpr int64_t kDim = 8;
 constexpr int kThreads = 4;
-
-CacheConfig thread_config() {
-  CacheConfig c;
-  c.num_layers = 2;
-  c.num_kv_heads = kKvHeads;
-  c.head_dim = kDim;
-  c.max_batch = kMaxBatch;
-  c.max_len = kMaxLen;
-  c.layer_types = {LayerType::kSliding, LayerType::kFull};
-  c.sliding_window = 5;
-  c.max_chunk = 4;
-  return c;
-}
 
 // A cache with its references and the lengths of its rows: what one
 // sequence of random steps needs.
 struct Driven {
-  HybridCache cache{thread_config()};
+  HybridCache cache{
+      ConfigBuilder().max_batch(kMaxBatch).max_len(kMaxLen).hybrid(/*window=*/5, /*chunk=*/4)};
   ReferenceLayer sliding{kMaxBatch, kKvHeads, kMaxLen, kDim, /*window=*/5};
   ReferenceLayer full{kMaxBatch, kKvHeads, kMaxLen, kDim, /*window=*/0};
   std::vector<int64_t> length = std::vector<int64_t>(kMaxBatch, 0);
@@ -103,7 +89,7 @@ struct Result {
   double worst = 0;
   int64_t ops = 0;
   std::string error;
-  std::vector<at::Tensor> state;  // every buffer and the bookkeeping at the end
+  std::optional<Snapshot> state;  // every buffer and the bookkeeping at the end
 };
 
 // `ops` random operations on a private cache, with a private generator.
@@ -115,11 +101,7 @@ Result drive(uint64_t seed, int64_t ops, const ShapeBuckets& attend) {
     at::Generator gen = at::detail::createCPUGenerator(seed);
     for (; out.ops < ops; ++out.ops)
       out.worst = std::max(out.worst, random_op(d, rng, gen, attend));
-    const Snapshot end(d.cache);
-    out.state = end.keys;
-    out.state.insert(out.state.end(), end.values.begin(), end.values.end());
-    out.state.insert(out.state.end(), end.slot_positions.begin(), end.slot_positions.end());
-    out.state.push_back(end.seq_lengths);
+    out.state.emplace(d.cache);
   } catch (const std::exception& e) {
     out.error = e.what();
   }
@@ -156,10 +138,9 @@ TEST_CASE("independent caches driven from several threads at once equal their se
     CHECK(together[t].ops == kOps);
     CHECK(together[t].worst <= 1e-5);
     CHECK(together[t].worst == alone[t].worst);
-    REQUIRE(together[t].state.size() == alone[t].state.size());
-    for (size_t i = 0; i < alone[t].state.size(); ++i) {
-      CHECK(at::equal(together[t].state[i], alone[t].state[i]));
-    }
+    REQUIRE(together[t].state.has_value());
+    REQUIRE(alone[t].state.has_value());
+    CHECK(*together[t].state == *alone[t].state);
   }
 }
 

@@ -38,22 +38,13 @@ def per_row_step(k_cache: Tensor, v_cache: Tensor, slots: Tensor, key: Tensor,
     return attend(k_cache, v_cache, query, mask, view_len)
 )JIT";
 
-CacheConfig config() {
-  CacheConfig c;
-  c.num_layers = 1;
-  c.num_kv_heads = 2;
-  c.head_dim = 8;
-  c.max_batch = 4;
-  c.max_len = 16;
-  return c;
-}
-
 }  // namespace
 
 TEST_CASE("a TorchScript step over the cache views agrees with the C++ path", "[torchscript]") {
   const auto unit = torch::jit::compile(kScriptedSteps);
-  StaticCache native(config());
-  StaticCache scripted(config());
+  const CacheConfig config = ConfigBuilder().num_layers(1).max_batch(4).max_len(16);
+  StaticCache native(config);
+  StaticCache scripted(config);
   at::manual_seed(13);
   const int64_t b = 3;
   const std::vector<std::pair<std::string, at::Tensor>> steps = {

@@ -1,39 +1,36 @@
-// Fuzz harness: random sequences of prepare / update / reset_rows / copy_row
-// / reorder / reset on random configs, valid and invalid arguments mixed,
-// checked against a plain model that keeps every token (std::map per row,
-// attention in double, no tensors).
+// Fuzz target: random sequences of prepare / update / reset_rows / copy_row
+// / reorder / reset on random small configs, valid and invalid arguments
+// mixed, checked against a plain model that keeps every token
+// (cache_model.hpp).
 //
 // What it checks, on every input:
 // - a valid step's attention output equals the model's for every token of a
 //   row the model can vouch for, in every layer; seq_lengths equals the
 //   model's; buffer addresses never change;
 // - an invalid call raises c10::Error naming its argument, and leaves every
-//   buffer and all bookkeeping bit-identical;
+//   buffer and all bookkeeping bit-identical (a Snapshot, tests/support);
 // - positions the device routes (check_position_values = false, as on CUDA):
 //   any int64 values at all never raise, never crash, never index outside a
 //   buffer (LibTorch's CPU index kernels would raise) and never change a row
 //   they were not given to. The rows they were given to ("poisoned": a ring
 //   that saw positions go backwards no longer holds every token of its
-//   window) are only checked for finite outputs until reset or overwritten;
-// - CacheConfig validation and ShapeBuckets factories with extreme values:
-//   an error naming the field, or a result with the documented properties,
-//   and no signed overflow (UBSan) or runaway loop (libFuzzer -timeout).
+//   window) are only checked for finite outputs until reset or overwritten.
 //
-// A failed check prints what failed and aborts, so libFuzzer saves the input.
-// Built with clang's -fsanitize=fuzzer (CI: a short run on corpus/) or with
-// replay_main.cpp, which runs saved inputs (and random ones) without libFuzzer.
+// Bytes: the config (small_config below), a seed for keys and values, then
+// up to 24 operations, each a byte choosing it and the bytes it reads. Seeds
+// (corpus/cache): random bytes, 47 to 511 of them.
+
+#include "cache_model.hpp"
+#include "fuzz_support.hpp"
+#include "support/snapshot.hpp"
 
 #include <statickv/statickv.hpp>
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -43,225 +40,21 @@
 
 namespace {
 
-using statickv::CacheConfig;
-using statickv::HybridCache;
-using statickv::KV;
-using statickv::LayerType;
-using statickv::ShapeBuckets;
-using statickv::Step;
+using namespace statickv;
+using namespace statickv::fuzz;
+using statickv::test::addresses;
+using statickv::test::Snapshot;
 
-constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
-
-// What the harness exercised, for replay_main's summary.
+// What the target exercised, for replay_main's summary.
 struct Stats {
   int64_t sessions = 0, steps = 0, chaos_steps = 0, refused_steps = 0, compared_tokens = 0,
-          bad_calls = 0, row_ops = 0, configs = 0, buckets = 0;
+          bad_calls = 0, row_ops = 0;
 } stats;
-
-[[noreturn]] void fail(const std::string& what) {
-  std::fprintf(stderr, "statickv fuzz: %s\n", what.c_str());
-  std::fflush(stderr);
-  std::abort();
-}
-
-#define FUZZ_CHECK(cond, what)                                                                  \
-  do {                                                                                          \
-    if (!(cond))                                                                                \
-      fail(std::string(#cond) + " failed at line " + std::to_string(__LINE__) + ": " + (what)); \
-  } while (0)
-
-// The fuzzer's bytes, read front to back; zeros once they run out.
-class Input {
- public:
-  Input(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  bool done() const { return pos_ >= size_; }
-  uint64_t bits(int n) {  // n <= 64
-    uint64_t v = 0;
-    for (int i = 0; i < n; i += 8) v = (v << 8) | (pos_ < size_ ? data_[pos_++] : 0);
-    return n >= 64 ? v : v & ((uint64_t{1} << n) - 1);
-  }
-  int64_t range(int64_t lo, int64_t hi) {  // inclusive, small ranges
-    const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
-    return lo + static_cast<int64_t>(bits(span > 256 ? 16 : 8) % span);
-  }
-  bool flip() { return bits(8) & 1; }
-  // An int64 from the values that break arithmetic, or any value at all.
-  int64_t extreme() {
-    static const int64_t table[] = {0,
-                                    -1,
-                                    1,
-                                    2,
-                                    kMax,
-                                    kMin,
-                                    kMax - 1,
-                                    kMin + 1,
-                                    kMax / 2,
-                                    int64_t{1} << 31,
-                                    int64_t{1} << 32,
-                                    int64_t{1} << 40,
-                                    (int64_t{1} << 40) + 1,
-                                    int64_t{1} << 62,
-                                    65536,
-                                    65537};
-    const uint64_t pick = bits(8);
-    if (pick < sizeof(table) / sizeof(table[0])) return table[pick];
-    if (pick < 200) return range(-4, 40);
-    return static_cast<int64_t>(bits(64));
-  }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t pos_ = 0;
-};
-
-bool mentions(const c10::Error& e, const std::string& fragment) {
-  return std::string(e.what_without_backtrace()).find(fragment) != std::string::npos;
-}
-
-// Runs `call`, which must raise c10::Error mentioning `fragment`.
-void expect_error(const std::function<void()>& call, const std::string& fragment,
-                  const std::string& what) {
-  try {
-    call();
-  } catch (const c10::Error& e) {
-    FUZZ_CHECK(mentions(e, fragment),
-               what + ": message lacks '" + fragment + "': " + e.what_without_backtrace());
-    return;
-  }
-  fail(what + ": expected c10::Error mentioning " + fragment);
-}
-
-// ---------------------------------------------------------------------------
-// CacheConfig and ShapeBuckets with extreme values: no allocation, just the
-// arithmetic.
-
-void fuzz_config_fields(Input& in) {
-  ++stats.configs;
-  CacheConfig c;
-  c.num_layers = in.flip() ? in.extreme() : in.range(1, 4);
-  c.num_kv_heads = in.flip() ? in.extreme() : in.range(1, 4);
-  c.head_dim = in.flip() ? in.extreme() : in.range(1, 8);
-  c.max_batch = in.flip() ? in.extreme() : in.range(1, 8);
-  c.max_len = in.flip() ? in.extreme() : in.range(1, 64);
-  c.sliding_window = in.flip() ? in.extreme() : in.range(0, 16);
-  c.max_chunk = in.flip() ? in.extreme() : in.range(0, 16);
-  if (in.flip() && c.num_layers >= 1 && c.num_layers <= 8) {
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-      c.layer_types.push_back(static_cast<LayerType>(in.range(0, 2)));  // 2: not a layer type
-    }
-  }
-  try {
-    c.validate();
-  } catch (const c10::Error& e) {
-    FUZZ_CHECK(mentions(e, "CacheConfig"), e.what_without_backtrace());
-    return;
-  }
-  // Valid: every derived size is consistent and the estimate is exact.
-  FUZZ_CHECK(c.chunk_limit() >= 1 && c.chunk_limit() <= c.max_len, "chunk_limit");
-  const int64_t bytes = statickv::estimate_memory_bytes(c);
-  FUZZ_CHECK(bytes > 0, "estimate_memory_bytes");
-  if (c.has_type(LayerType::kSliding)) {
-    FUZZ_CHECK(c.sliding_capacity() >= 1 && c.sliding_capacity() <= c.max_len, "ring capacity");
-  }
-  if (bytes <= (1 << 16)) {
-    HybridCache cache(c);
-    FUZZ_CHECK(cache.memory_bytes() == bytes, "memory_bytes != estimate");
-  }
-}
-
-void fuzz_buckets(Input& in) {
-  ++stats.buckets;
-  const int64_t kind = in.range(0, 3);
-  const int64_t a = in.extreme();
-  const int64_t b = in.extreme();
-  const double ratio = in.flip() ? 1.0 + static_cast<double>(in.range(0, 300)) / 100.0
-                                 : std::ldexp(1.0, static_cast<int>(in.range(-8, 70)));
-  std::vector<int64_t> sizes;
-  try {
-    ShapeBuckets buckets = ShapeBuckets::of({1});
-    if (kind == 0) buckets = ShapeBuckets::powers_of_two(a, b);
-    if (kind == 1) buckets = ShapeBuckets::multiples_of(a, b);
-    if (kind == 2) buckets = ShapeBuckets::geometric(ratio, a, b);
-    if (kind == 3) buckets = ShapeBuckets::of({a, b, in.extreme()});
-    sizes = buckets.sizes();
-    FUZZ_CHECK(!sizes.empty() && sizes.front() >= 1, "sizes start at >= 1");
-    FUZZ_CHECK(static_cast<int64_t>(sizes.size()) <= ShapeBuckets::kMaxCount, "count");
-    FUZZ_CHECK(std::adjacent_find(sizes.begin(), sizes.end(), std::greater_equal<int64_t>()) ==
-                   sizes.end(),
-               "sizes strictly increase");
-    const int64_t n = in.extreme();
-    if (n >= 1 && n <= buckets.max()) {
-      const int64_t up = buckets.round_up(n);
-      FUZZ_CHECK(up >= n, "round_up >= n");
-      const int64_t i = buckets.index_of(n);
-      FUZZ_CHECK(i == 0 || sizes[static_cast<size_t>(i - 1)] < n, "round_up is the smallest");
-    } else {
-      expect_error([&] { buckets.round_up(n); }, "size", "round_up out of range");
-    }
-  } catch (const c10::Error& e) {
-    FUZZ_CHECK(mentions(e, "ShapeBuckets."), e.what_without_backtrace());
-  }
-}
-
-// ---------------------------------------------------------------------------
-// The model: every token of every row, per layer.
-
-struct Kv {
-  std::vector<float> k, v;  // [kv_heads * head_dim]
-};
-
-struct RowModel {
-  std::vector<std::map<int64_t, Kv>> layers;  // position -> key/value, per layer
-  int64_t seq_length = 0;                     // one past the highest position stored
-  int64_t newest = -1;                        // highest position stored
-  bool poisoned = false;
-};
-
-struct Model {
-  CacheConfig config;
-  std::vector<RowModel> rows;
-
-  explicit Model(const CacheConfig& c) : config(c) {
-    rows.assign(static_cast<size_t>(c.max_batch), RowModel{});
-    for (auto& row : rows) row.layers.resize(static_cast<size_t>(c.num_layers));
-  }
-  void reset_row(int64_t r) {
-    RowModel& row = rows[static_cast<size_t>(r)];
-    row = RowModel{};
-    row.layers.resize(static_cast<size_t>(config.num_layers));
-  }
-};
-
-// Everything the cache stores, cloned: for bit-identity after a refused call.
-struct State {
-  std::vector<at::Tensor> tensors;
-  explicit State(const statickv::CacheBase& cache) {
-    for (int64_t l = 0; l < cache.num_layers(); ++l) {
-      tensors.push_back(cache.keys(l).clone());
-      tensors.push_back(cache.values(l).clone());
-      tensors.push_back(cache.slot_positions(l).clone());
-    }
-    tensors.push_back(cache.seq_lengths().clone());
-  }
-  bool operator==(const State& o) const {
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      if (!at::equal(tensors[i], o.tensors[i])) return false;
-    }
-    return true;
-  }
-};
 
 class Session {
  public:
   Session(const CacheConfig& config, Input& in)
-      : in_(in), cache_(config), model_(config), rng_(in.bits(32)) {
-    const auto& c = cache_.config();
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-      addresses_.push_back(cache_.keys(l).data_ptr());
-      addresses_.push_back(cache_.values(l).data_ptr());
-    }
+      : in_(in), cache_(config), model_(config), rng_(in.bits(32)), addresses_(addresses(cache_)) {
     group_ = in.range(1, 2);
   }
 
@@ -352,7 +145,7 @@ class Session {
   // with nothing changed.
   void bad_call() {
     ++stats.bad_calls;
-    const State before(cache_);
+    const Snapshot before(cache_);
     const int64_t b = max_batch();
     const int64_t layers = cache_.num_layers();
     const int64_t chunk = cache_.config().chunk_limit();
@@ -456,7 +249,7 @@ class Session {
         }
         break;
     }
-    FUZZ_CHECK(State(cache_) == before, what + " changed the cache");
+    FUZZ_CHECK(before.same_as(cache_), what + " changed the cache");
   }
 
   // Positions of one step. Valid steps keep each row's positions past the
@@ -516,7 +309,7 @@ class Session {
     const at::Tensor positions =
         shared ? at::tensor(pos, at::kLong) : at::tensor(pos, at::kLong).view({b, q});
 
-    const State before(cache_);
+    const Snapshot before(cache_);
     std::optional<Step> planned;
     try {
       planned.emplace(cache_.prepare(positions, b, attend));
@@ -528,7 +321,7 @@ class Session {
       FUZZ_CHECK(chaos || !valid_on_host(pos, rows, q, attend),
                  std::string("valid step refused: ") + e.what_without_backtrace());
       FUZZ_CHECK(mentions(e, "cache_position["), e.what_without_backtrace());
-      FUZZ_CHECK(State(cache_) == before, "a refused prepare changed the cache");
+      FUZZ_CHECK(before.same_as(cache_), "a refused prepare changed the cache");
       ++stats.refused_steps;
       return;
     }
@@ -570,21 +363,12 @@ class Session {
       const at::Tensor key = random_tensor({b, c.num_kv_heads, q, d}, &kv_k);
       const at::Tensor value = random_tensor({b, c.num_kv_heads, q, d}, &kv_v);
       const KV views = cache_.update(l, key, value, s);
-      write_model(l, pos, shared, b, q, kv_k, kv_v);
+      model_.write(l, pos, shared, b, q, kv_k, kv_v);
       const at::Tensor out =
-          statickv::reference_attention(query, views.keys, views.values, s.mask(l)).contiguous();
+          reference_attention(query, views.keys, views.values, s.mask(l)).contiguous();
       compare(l, out, query_values, pos, shared, b, q, attend);
     }
-    for (int64_t i = 0; i < b; ++i) {
-      RowModel& row = model_.rows[static_cast<size_t>(i)];
-      for (int64_t t = 0; t < q; ++t) {
-        const int64_t p = pos[static_cast<size_t>((shared ? 0 : i) * q + t)];
-        if (p >= 0 && p < max_len()) {
-          row.seq_length = std::max(row.seq_length, p + 1);
-          row.newest = std::max(row.newest, p);
-        }
-      }
-    }
+    model_.advance(pos, shared, b, q);
     last_step_ = planned;
     stale_ = false;
     ++(chaos ? stats.chaos_steps : stats.steps);
@@ -645,27 +429,6 @@ class Session {
     return true;
   }
 
-  void write_model(int64_t layer, const std::vector<int64_t>& pos, bool shared, int64_t b,
-                   int64_t q, const std::vector<float>& k, const std::vector<float>& v) {
-    const CacheConfig& c = cache_.config();
-    const int64_t h = c.num_kv_heads, d = c.head_dim;
-    for (int64_t i = 0; i < b; ++i) {
-      for (int64_t t = 0; t < q; ++t) {  // in column order: the later duplicate wins
-        const int64_t p = pos[static_cast<size_t>((shared ? 0 : i) * q + t)];
-        if (p < 0 || p >= c.max_len) continue;
-        Kv entry;
-        for (int64_t head = 0; head < h; ++head) {
-          for (int64_t e = 0; e < d; ++e) {
-            const size_t at = static_cast<size_t>(((i * h + head) * q + t) * d + e);
-            entry.k.push_back(k[at]);
-            entry.v.push_back(v[at]);
-          }
-        }
-        model_.rows[static_cast<size_t>(i)].layers[static_cast<size_t>(layer)][p] = entry;
-      }
-    }
-  }
-
   // The model's attention for every token of the step in `layer`, against
   // the cache's output [b, hq, q, d].
   void compare(int64_t layer, const at::Tensor& out, const std::vector<float>& query,
@@ -686,33 +449,9 @@ class Session {
           for (int64_t e = 0; e < d; ++e) FUZZ_CHECK(std::isfinite(o[e]), "a non-finite output");
           if (row.poisoned) continue;
           if (head == 0) ++stats.compared_tokens;
-          std::vector<double> expected(static_cast<size_t>(d), 0.0);
-          if (p >= 0 && p < c.max_len) {
-            const float* qv = query.data() + ((i * hq + head) * q + t) * d;
-            const int64_t kv_head = head / group_;
-            std::vector<std::pair<double, const Kv*>> scores;
-            double top = -std::numeric_limits<double>::infinity();
-            for (const auto& [k_pos, entry] : row.layers[static_cast<size_t>(layer)]) {
-              if (k_pos > p || k_pos >= visible) continue;
-              if (window > 0 && p - k_pos >= window) continue;
-              double dot = 0;
-              for (int64_t e = 0; e < d; ++e) {
-                dot += static_cast<double>(qv[e]) * entry.k[static_cast<size_t>(kv_head * d + e)];
-              }
-              dot /= std::sqrt(static_cast<double>(d));
-              top = std::max(top, dot);
-              scores.emplace_back(dot, &entry);
-            }
-            double total = 0;
-            for (auto& [score, entry] : scores) total += std::exp(score - top);
-            for (auto& [score, entry] : scores) {
-              const double weight = std::exp(score - top) / total;
-              for (int64_t e = 0; e < d; ++e) {
-                expected[static_cast<size_t>(e)] +=
-                    weight * entry->v[static_cast<size_t>(kv_head * d + e)];
-              }
-            }
-          }
+          const std::vector<double> expected =
+              model_.attend(i, layer, p, query.data() + ((i * hq + head) * q + t) * d,
+                            head / group_, visible, window);
           for (int64_t e = 0; e < d; ++e) {
             const double diff = std::abs(o[e] - expected[static_cast<size_t>(e)]);
             FUZZ_CHECK(diff <= 1e-4 + 1e-4 * std::abs(expected[static_cast<size_t>(e)]),
@@ -734,21 +473,17 @@ class Session {
                  "seq_lengths row " + std::to_string(r) + ": " + std::to_string(data[r]) +
                      " != " + std::to_string(model_.rows[static_cast<size_t>(r)].seq_length));
     }
-    size_t i = 0;
-    for (int64_t l = 0; l < cache_.num_layers(); ++l) {
-      FUZZ_CHECK(cache_.keys(l).data_ptr() == addresses_[i++], "a key buffer moved");
-      FUZZ_CHECK(cache_.values(l).data_ptr() == addresses_[i++], "a value buffer moved");
-    }
+    FUZZ_CHECK(addresses(cache_) == addresses_, "a buffer moved");
   }
 
   Input& in_;
   HybridCache cache_;
   Model model_;
   std::mt19937 rng_;
-  std::vector<const void*> addresses_;
-  int64_t group_ = 1;              // query heads per kv head
-  std::optional<Step> last_step_;  // the latest step made
-  bool stale_ = true;              // a row operation came after it
+  std::vector<const void*> addresses_;  // every buffer's, at construction
+  int64_t group_ = 1;                   // query heads per kv head
+  std::optional<Step> last_step_;       // the latest step made
+  bool stale_ = true;                   // a row operation came after it
 };
 
 CacheConfig small_config(Input& in) {
@@ -772,40 +507,18 @@ CacheConfig small_config(Input& in) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const bool once = [] {
-    at::set_num_threads(1);  // small tensors: the pool only adds noise
-    return true;
-  }();
-  (void)once;
-  Input in(data, size);
-  try {
-    switch (in.range(0, 7)) {
-      case 0:
-        fuzz_config_fields(in);
-        break;
-      case 1:
-        fuzz_buckets(in);
-        break;
-      default: {
-        ++stats.sessions;
-        Session session(small_config(in), in);
-        session.run();
-      }
-    }
-  } catch (const c10::Error& e) {
-    fail(std::string("unexpected c10::Error: ") + e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    fail(std::string("unexpected exception: ") + e.what());
-  }
-  return 0;
+  return run_input(data, size, [](Input& in) {
+    ++stats.sessions;
+    Session session(small_config(in), in);
+    session.run();
+  });
 }
 
-/// A one-line summary of what the harness ran (replay_main prints it).
+/// A one-line summary of what the target ran (replay_main prints it).
 std::string statickv_fuzz_summary() {
   return "sessions " + std::to_string(stats.sessions) + ", steps " + std::to_string(stats.steps) +
          " (+" + std::to_string(stats.chaos_steps) + " device-routed chaos, " +
          std::to_string(stats.refused_steps) + " refused on the host), tokens compared " +
          std::to_string(stats.compared_tokens) + ", bad calls " + std::to_string(stats.bad_calls) +
-         ", row ops " + std::to_string(stats.row_ops) + ", configs " +
-         std::to_string(stats.configs) + ", bucket sets " + std::to_string(stats.buckets);
+         ", row ops " + std::to_string(stats.row_ops);
 }

@@ -1,8 +1,10 @@
-// Runs the fuzz harness without libFuzzer (any compiler): each file argument
-// (or every file of a directory argument) is one input, and `--random N`
-// adds N inputs of random bytes from a fixed seed. Used by the sanitizer
-// build to replay the corpus, and to reproduce a crash a fuzz run saved:
-//   statickv_fuzz_replay crash-<sha1>
+// Runs a fuzz target without libFuzzer (any compiler; linked with each
+// fuzz_<name>.cpp as statickv_fuzz_<name>_replay): each file argument (or
+// every file of a directory argument) is one input, and `--random N` adds N
+// inputs of random bytes from a fixed seed. Used by ctest (and the sanitizer
+// build) to replay the target's corpus, and to reproduce a crash a fuzz run
+// saved:
+//   statickv_fuzz_cache_replay build-fuzz/cache-crash-<sha1>
 
 #include <cstdint>
 #include <cstdio>
@@ -52,7 +54,6 @@ int main(int argc, char** argv) {
       ++inputs;
     }
   }
-  std::printf("statickv_fuzz_replay: %ld inputs, no failure; %s\n", inputs,
-              statickv_fuzz_summary().c_str());
+  std::printf("%s: %ld inputs, no failure; %s\n", argv[0], inputs, statickv_fuzz_summary().c_str());
   return 0;
 }

@@ -3,12 +3,18 @@
 // [B, Q, ...] (positions, keys/values, queries), one prepare, an update and
 // attention for every layer, output [B, Q, heads, head_dim].
 
-#include "support.hpp"
+#include "config.hpp"
+
+#include <statickv/statickv.hpp>
+
+#include <ATen/ATen.h>
+
+#include <vector>
 
 namespace statickv::test {
 
 struct AttentionStepShape {
-  int64_t heads = 4, kv_heads = 2, head_dim = 8;
+  int64_t heads = kHeads, kv_heads = kKvHeads, head_dim = kDim;
 };
 
 inline std::vector<InputSpec> attention_step_inputs(const AttentionStepShape& s,

@@ -1,0 +1,74 @@
+#pragma once
+// A cache's whole state, for "nothing changed" and "these two caches are the
+// same" checks, and the addresses of its buffers. No Catch2 here: the fuzz
+// targets include it too.
+
+#include <statickv/cache.hpp>
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+namespace statickv::test {
+
+/// True when two tensors hold the same bytes in the same shape: NaN payloads
+/// and the sign of zero count, unlike at::equal.
+inline bool bit_identical(const at::Tensor& a, const at::Tensor& b) {
+  if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes() || a.device() != b.device()) {
+    return false;
+  }
+  if (a.numel() == 0) return true;
+  return at::equal(a.contiguous().view(-1).view(at::kByte),
+                   b.contiguous().view(-1).view(at::kByte));
+}
+
+/// Everything a cache stores that a user can see, cloned: every layer's
+/// keys and values (scratch slot included) and slot positions, and
+/// seq_lengths.
+struct Snapshot {
+  std::vector<at::Tensor> keys, values, slot_positions;
+  at::Tensor seq_lengths;
+
+  explicit Snapshot(const CacheBase& cache) {
+    for (int64_t l = 0; l < cache.num_layers(); ++l) {
+      keys.push_back(cache.keys(l).clone());
+      values.push_back(cache.values(l).clone());
+      slot_positions.push_back(cache.slot_positions(l).clone());
+    }
+    seq_lengths = cache.seq_lengths().clone();
+  }
+
+  /// Every buffer and all bookkeeping bit-identical.
+  bool operator==(const Snapshot& other) const {
+    return all_identical(keys, other.keys) && all_identical(values, other.values) &&
+           all_identical(slot_positions, other.slot_positions) &&
+           bit_identical(seq_lengths, other.seq_lengths);
+  }
+  bool operator!=(const Snapshot& other) const { return !(*this == other); }
+
+  /// True when `cache` holds exactly what it held when this was taken.
+  bool same_as(const CacheBase& cache) const { return *this == Snapshot(cache); }
+
+ private:
+  static bool all_identical(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!bit_identical(a[i], b[i])) return false;
+    }
+    return true;
+  }
+};
+
+/// Data pointers of every buffer a cache owns that a user can see.
+inline std::vector<const void*> addresses(const CacheBase& cache) {
+  std::vector<const void*> out;
+  for (int64_t l = 0; l < cache.num_layers(); ++l) {
+    out.push_back(cache.keys(l).data_ptr());
+    out.push_back(cache.values(l).data_ptr());
+    out.push_back(cache.slot_positions(l).data_ptr());
+  }
+  out.push_back(cache.seq_lengths().data_ptr());
+  return out;
+}
+
+}  // namespace statickv::test
