@@ -18,16 +18,12 @@ using statickv::test::require_error;
 using statickv::test::Snapshot;
 
 CacheConfig hybrid_config() {
-  CacheConfig c;
-  c.num_layers = 2;
-  c.num_kv_heads = 2;
-  c.head_dim = 4;
-  c.max_batch = 2;
-  c.max_len = 16;
-  c.layer_types = {LayerType::kFull, LayerType::kSliding};
-  c.sliding_window = 4;
-  c.max_chunk = 4;
-  return c;
+  return statickv::test::ConfigBuilder()
+      .head_dim(4)
+      .max_batch(2)
+      .layer_types({LayerType::kFull, LayerType::kSliding})
+      .sliding_window(4)
+      .max_chunk(4);
 }
 
 /// Installs a fault hook that throws at one point, for one scope.

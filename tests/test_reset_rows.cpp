@@ -12,17 +12,14 @@ namespace {
 using namespace statickv;
 using statickv::test::positions;
 
+/// A full layer then a sliding one: both layer types reset.
 CacheConfig hybrid_config() {
-  CacheConfig c;
-  c.num_layers = 2;
-  c.num_kv_heads = 2;
-  c.head_dim = 4;
-  c.max_batch = 3;
-  c.max_len = 16;
-  c.layer_types = {LayerType::kFull, LayerType::kSliding};
-  c.sliding_window = 4;
-  c.max_chunk = 8;
-  return c;
+  return statickv::test::ConfigBuilder()
+      .head_dim(4)
+      .max_batch(3)
+      .layer_types({LayerType::kFull, LayerType::kSliding})
+      .sliding_window(4)
+      .max_chunk(8);
 }
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
