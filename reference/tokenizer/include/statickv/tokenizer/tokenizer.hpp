@@ -19,6 +19,13 @@
 // prompts (tests/tokenizer). Nothing of it shows in this header: a program
 // including it needs no pytorch-tokenizers or re2 headers.
 //
+// CMake: target_link_libraries(prog PRIVATE statickv::tokenizer), under
+// if(TARGET statickv::tokenizer): the target is left out (with a warning)
+// where pytorch-tokenizers, re2/re2.h or a shared libpython3 is missing. A
+// program linking it prints one line on stderr as it starts
+// ("I tokenizers:regex.cpp:40] Registering override fallback regex"), from
+// pytorch-tokenizers' module; it cannot be turned off from outside.
+//
 // The chat template (Jinja, in tokenizer_config.json / chat_template.jinja)
 // is not run here: convert.py renders it once for a single user message into
 // chat_prompt.json, {"prefix": ..., "suffix": ...}, and apply_chat encodes
