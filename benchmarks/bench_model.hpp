@@ -69,13 +69,13 @@ inline int64_t weight_bytes_per_step(const reference::ModelConfig& c, at::Scalar
 /// Writes random keys/values for positions [0, length) into rows [0, rows)
 /// of every layer, in chunks of at most the cache's max_chunk (no model pass:
 /// decode benchmarks only need a cache that holds `length` tokens).
-inline void fill_cache(CacheBase& cache, int64_t rows, int64_t length, uint64_t seed = 0) {
+inline void fill_cache(Cache& cache, int64_t rows, int64_t length, uint64_t seed = 0) {
   const CacheConfig& c = cache.config();
   const auto opts = at::TensorOptions().dtype(c.dtype).device(c.device);
   at::manual_seed(seed);
-  for (int64_t begin = 0; begin < length; begin += c.chunk_limit()) {
-    const int64_t q = std::min(c.chunk_limit(), length - begin);
-    Step step = cache.prepare(at::arange(begin, begin + q, opts.dtype(at::kLong)), rows);
+  for (int64_t begin = 0; begin < length; begin += c.effective_max_chunk()) {
+    const int64_t q = std::min(c.effective_max_chunk(), length - begin);
+    StepPlan step = cache.prepare(at::arange(begin, begin + q, opts.dtype(at::kLong)), rows);
     for (int64_t layer = 0; layer < c.num_layers; ++layer) {
       const at::Tensor k = at::randn({rows, c.num_kv_heads, q, c.head_dim}, opts);
       const at::Tensor v = at::randn({rows, c.num_kv_heads, q, c.head_dim}, opts);

@@ -107,7 +107,7 @@ int main(int argc, char** argv) try {
   StaticCache cache(config);
   at::manual_seed(0);
   {
-    Step fill = cache.prepare(at::arange(o.max_len - 1, long_opts), 1);
+    StepPlan fill = cache.prepare(at::arange(o.max_len - 1, long_opts), 1);
     for (int64_t l = 0; l < L; ++l) {
       const at::Tensor kv = at::randn({1, o.kv_heads, o.max_len - 1, o.head_dim}, opts);
       cache.update(l, kv, kv, fill);
@@ -150,7 +150,7 @@ int main(int argc, char** argv) try {
   };
   auto cache_step = [&](int64_t attend, bool bool_mask = false) -> StepFn {
     return [&, attend, bool_mask](const at::Tensor& pos) {
-      Step step = cache.prepare(pos, 1, attend);
+      StepPlan step = cache.prepare(pos, 1, attend);
       at::Tensor out;
       for (int64_t l = 0; l < L; ++l) {
         KV kv = cache.update(l, k, v, step);

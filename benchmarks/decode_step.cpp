@@ -120,7 +120,7 @@ int main(int argc, char** argv) try {
     c.device = device;
     Subject s{std::make_unique<StaticCache>(c), follow_length ? o.context + 1 : -1};
     at::manual_seed(0);
-    Step prefill = s.cache->prepare(at::arange(o.context, opts.dtype(at::kLong)), 1);
+    StepPlan prefill = s.cache->prepare(at::arange(o.context, opts.dtype(at::kLong)), 1);
     for (int64_t l = 0; l < o.layers; ++l) {
       const at::Tensor kv = at::randn({1, o.kv_heads, o.context, o.head_dim}, opts);
       s.cache->update(l, kv, kv, prefill);
@@ -138,7 +138,7 @@ int main(int argc, char** argv) try {
   auto step = [&](Subject& s) {
     return [&s, &pos, &q, &k, &v, layers = o.layers] {
       // Rewrites position `context` every call, so the length stays fixed.
-      Step plan = s.cache->prepare(pos, /*live_batch=*/1, s.attend_len);
+      StepPlan plan = s.cache->prepare(pos, /*live_batch=*/1, s.attend_len);
       for (int64_t l = 0; l < layers; ++l) {
         KV kv = s.cache->update(l, k, v, plan);
         sdpa_attention(q, kv.keys, kv.values, plan.additive_mask(l));

@@ -98,9 +98,9 @@ int main(int argc, char** argv) try {
     const at::Tensor pos = at::full({1}, p, long_opts);
     const at::Tensor row_pos = at::full({b, 1}, p, long_opts);
     // Steps are planned once; update() then only writes (what is timed).
-    const Step shared_step = shared.prepare(pos, b, p + 1);
-    const Step row_step = per_row.prepare(row_pos, b, p + 1);
-    const Step hybrid_step = hybrid.prepare(pos, b, p + 1);
+    const StepPlan shared_step = shared.prepare(pos, b, p + 1);
+    const StepPlan row_step = per_row.prepare(row_pos, b, p + 1);
+    const StepPlan hybrid_step = hybrid.prepare(pos, b, p + 1);
     std::vector<at::Tensor> slice_k, slice_v, past_k, past_v;
     for (int64_t l = 0; l < L; ++l) {
       slice_k.push_back(at::zeros({max_batch, o.kv_heads, o.max_len, o.head_dim}, opts));

@@ -21,7 +21,7 @@ int main() {
 
   auto forward = [&](const at::Tensor& positions, int64_t live_batch) {
     const int64_t q = positions.size(-1);
-    statickv::Step step = cache.prepare(positions, live_batch, /*attend_len=*/32);
+    statickv::StepPlan step = cache.prepare(positions, live_batch, /*attend_len=*/32);
     at::Tensor out;
     for (int64_t layer = 0; layer < cache.num_layers(); ++layer) {
       const at::Tensor k = at::randn({live_batch, config.num_kv_heads, q, config.head_dim});

@@ -29,9 +29,9 @@ ConfigBuilder config_for(std::vector<LayerType> types) {
 }
 
 // A cache with some real content, so "nothing changed" is a strong claim.
-void fill(CacheBase& cache) {
+void fill(Cache& cache) {
   at::manual_seed(9);
-  Step step = cache.prepare(arange_positions(0, 3), 3);
+  StepPlan step = cache.prepare(arange_positions(0, 3), 3);
   for (int64_t l = 0; l < cache.num_layers(); ++l) {
     cache.update(l, at::randn({3, 2, 3, 4}), at::randn({3, 2, 3, 4}), step);
   }
@@ -39,7 +39,7 @@ void fill(CacheBase& cache) {
 
 struct BadCall {
   std::string what;
-  std::function<void(CacheBase&, const Step&)> call;
+  std::function<void(Cache&, const StepPlan&)> call;
   std::vector<std::string> fragments;
 };
 
@@ -72,243 +72,243 @@ TEST_CASE("every bad argument raises a named error and leaves the cache bit-iden
   const std::vector<BadCall> calls = {
       // prepare
       {"live_batch 0",
-       [](CacheBase& c, const Step&) { c.prepare(positions({3}), 0); },
+       [](Cache& c, const StepPlan&) { c.prepare(positions({3}), 0); },
        {"live_batch", "[1, max_batch=3]", "got 0"}},
       {"live_batch > max_batch",
-       [](CacheBase& c, const Step&) { c.prepare(positions({3}), 4); },
+       [](Cache& c, const StepPlan&) { c.prepare(positions({3}), 4); },
        {"live_batch", "got 4"}},
       {"positions undefined",
-       [](CacheBase& c, const Step&) { c.prepare(at::Tensor(), 3); },
+       [](Cache& c, const StepPlan&) { c.prepare(at::Tensor(), 3); },
        {"cache_position", "undefined"}},
       {"positions int32",
-       [](CacheBase& c, const Step&) { c.prepare(positions({3}).to(at::kInt), 3); },
+       [](Cache& c, const StepPlan&) { c.prepare(positions({3}).to(at::kInt), 3); },
        {"cache_position", "Long", "Int"}},
       {"positions float",
-       [](CacheBase& c, const Step&) { c.prepare(positions({3}).to(at::kFloat), 3); },
+       [](Cache& c, const StepPlan&) { c.prepare(positions({3}).to(at::kFloat), 3); },
        {"cache_position", "Float"}},
       {"positions rank 3",
-       [](CacheBase& c, const Step&) {
+       [](Cache& c, const StepPlan&) {
          c.prepare(at::zeros({3, 1, 1}, i64()), 3);
        },
        {"cache_position", "[q] or [live_batch, q]", "[3, 1, 1]"}},
       {"positions rows != live_batch",
-       [](CacheBase& c, const Step&) {
+       [](Cache& c, const StepPlan&) {
          c.prepare(at::zeros({2, 1}, i64()), 3);
        },
        {"cache_position", "3 rows", "[2, 1]"}},
       {"positions empty",
-       [](CacheBase& c, const Step&) { c.prepare(at::zeros({0}, i64()), 3); },
+       [](Cache& c, const StepPlan&) { c.prepare(at::zeros({0}, i64()), 3); },
        {"cache_position", "between 1 and max_chunk", "got 0"}},
       {"chunk longer than max_chunk",
-       [](CacheBase& c, const Step&) { c.prepare(arange_positions(3, 5), 3); },
+       [](Cache& c, const StepPlan&) { c.prepare(arange_positions(3, 5), 3); },
        {"cache_position", "max_chunk=4", "got 5"}},
       {"position past max_len",
-       [](CacheBase& c, const Step&) { c.prepare(positions({16}), 3); },
+       [](Cache& c, const StepPlan&) { c.prepare(positions({16}), 3); },
        {"cache_position[0, 0]", "< ", "got 16"}},
       {"position past attend_len",
-       [](CacheBase& c, const Step&) { c.prepare(positions({8}), 3, 8); },
+       [](Cache& c, const StepPlan&) { c.prepare(positions({8}), 3, 8); },
        {"cache_position[0, 0]", "attend_len=8", "got 8"}},
       {"attend_len 0",
-       [](CacheBase& c, const Step&) { c.prepare(positions({3}), 3, 0); },
+       [](Cache& c, const StepPlan&) { c.prepare(positions({3}), 3, 0); },
        {"attend_len", "max_len=16", "got 0"}},
       {"attend_len > max_len",
-       [](CacheBase& c, const Step&) { c.prepare(positions({3}), 3, 17); },
+       [](Cache& c, const StepPlan&) { c.prepare(positions({3}), 3, 17); },
        {"attend_len", "got 17"}},
       {"live_batch negative",
-       [](CacheBase& c, const Step&) { c.prepare(positions({3}), -1); },
+       [](Cache& c, const StepPlan&) { c.prepare(positions({3}), -1); },
        {"live_batch", "[1, max_batch=3]", "got -1"}},
       {"positions on another device",
-       [](CacheBase& c, const Step&) { c.prepare(at::zeros({1}, on_meta(at::kLong)), 3); },
+       [](Cache& c, const StepPlan&) { c.prepare(at::zeros({1}, on_meta(at::kLong)), 3); },
        {"cache_position", "device cpu", "meta"}},
       {"positions sparse",
-       [](CacheBase& c, const Step&) { c.prepare(positions({3}).to_sparse(), 3); },
+       [](Cache& c, const StepPlan&) { c.prepare(positions({3}).to_sparse(), 3); },
        {"cache_position", "strided", "Sparse"}},
       {"positions [b, 0]",
-       [](CacheBase& c, const Step&) {
+       [](Cache& c, const StepPlan&) {
          c.prepare(at::zeros({3, 0}, i64()), 3);
        },
        {"cache_position", "between 1 and max_chunk", "got 0"}},
       {"positions [0, q]",
-       [](CacheBase& c, const Step&) {
+       [](Cache& c, const StepPlan&) {
          c.prepare(at::zeros({0, 1}, i64()), 3);
        },
        {"cache_position", "3 rows", "[0, 1]"}},
       {"position far past max_len",
-       [](CacheBase& c, const Step&) { c.prepare(positions({kMax}), 3); },
+       [](Cache& c, const StepPlan&) { c.prepare(positions({kMax}), 3); },
        {"cache_position[0, 0]", "< ", "got 9223372036854775807"}},
       {"per-row position past max_len",
-       [](CacheBase& c, const Step&) {
+       [](Cache& c, const StepPlan&) {
          c.prepare(positions(3, {3, 4, 16}), 3);
        },
        {"cache_position[2, 0]", "< ", "got 16"}},
       {"attend_len -2",
-       [](CacheBase& c, const Step&) { c.prepare(positions({3}), 3, -2); },
+       [](Cache& c, const StepPlan&) { c.prepare(positions({3}), 3, -2); },
        {"attend_len", "-1 (max_len)", "got -2"}},
       // update
       {"layer -1",
-       [&](CacheBase& c, const Step& step) { c.update(-1, kv, kv, step); },
+       [&](Cache& c, const StepPlan& step) { c.update(-1, kv, kv, step); },
        {"layer", "[0, ", "got -1"}},
       {"layer out of range",
-       [&](CacheBase& c, const Step& step) { c.update(c.num_layers(), kv, kv, step); },
+       [&](Cache& c, const StepPlan& step) { c.update(c.num_layers(), kv, kv, step); },
        {"layer", "got"}},
       {"key wrong dtype",
-       [&](CacheBase& c, const Step& step) { c.update(0, kv.to(at::kDouble), kv, step); },
+       [&](Cache& c, const StepPlan& step) { c.update(0, kv.to(at::kDouble), kv, step); },
        {"key", "dtype Float", "Double"}},
       {"value wrong dtype",
-       [&](CacheBase& c, const Step& step) { c.update(0, kv, kv.to(at::kHalf), step); },
+       [&](Cache& c, const StepPlan& step) { c.update(0, kv, kv.to(at::kHalf), step); },
        {"value", "dtype Float", "Half"}},
       {"key rank 3",
-       [&](CacheBase& c, const Step& step) { c.update(0, kv.squeeze(2), kv, step); },
+       [&](Cache& c, const StepPlan& step) { c.update(0, kv.squeeze(2), kv, step); },
        {"key", "[3, 2, 1, 4]", "[3, 2, 4]"}},
       {"key wrong batch",
-       [&](CacheBase& c, const Step& step) { c.update(0, kv.narrow(0, 0, 2), kv, step); },
+       [&](Cache& c, const StepPlan& step) { c.update(0, kv.narrow(0, 0, 2), kv, step); },
        {"key", "[3, 2, 1, 4]", "[2, 2, 1, 4]"}},
       {"key wrong q",
-       [&](CacheBase& c, const Step& step) {
+       [&](Cache& c, const StepPlan& step) {
          c.update(0, at::zeros({3, 2, 2, 4}), kv, step);
        },
        {"key", "got [3, 2, 2, 4]"}},
       {"value wrong head_dim",
-       [&](CacheBase& c, const Step& step) {
+       [&](Cache& c, const StepPlan& step) {
          c.update(0, kv, at::zeros({3, 2, 1, 5}), step);
        },
        {"value", "got [3, 2, 1, 5]"}},
       {"key undefined",
-       [&](CacheBase& c, const Step& step) { c.update(0, at::Tensor(), kv, step); },
+       [&](Cache& c, const StepPlan& step) { c.update(0, at::Tensor(), kv, step); },
        {"key", "undefined"}},
       {"step of another cache",
-       [&](CacheBase& c, const Step&) {
+       [&](Cache& c, const StepPlan&) {
          StaticCache other(config_for({LayerType::kFull}));
          c.update(0, kv, kv, other.prepare(positions({0}), 3));
        },
        {"step", "this cache", "another cache"}},
       {"default-constructed step",
-       [&](CacheBase& c, const Step&) { c.update(0, kv, kv, Step()); },
+       [&](Cache& c, const StepPlan&) { c.update(0, kv, kv, StepPlan()); },
        {"step", "this cache", "default-constructed"}},
       {"key on another device",
-       [&](CacheBase& c, const Step& step) {
+       [&](Cache& c, const StepPlan& step) {
          c.update(0, at::zeros({3, 2, 1, 4}, on_meta(at::kFloat)), kv, step);
        },
        {"key", "device cpu", "meta"}},
       {"value sparse",
-       [&](CacheBase& c, const Step& step) { c.update(0, kv, kv.to_sparse(), step); },
+       [&](Cache& c, const StepPlan& step) { c.update(0, kv, kv.to_sparse(), step); },
        {"value", "strided", "Sparse"}},
       {"key empty",
-       [&](CacheBase& c, const Step& step) {
+       [&](Cache& c, const StepPlan& step) {
          c.update(0, at::zeros({0, 2, 1, 4}), kv, step);
        },
        {"key", "[3, 2, 1, 4]", "got [0, 2, 1, 4]"}},
       {"key a view of the layer's own key buffer",
-       [&](CacheBase& c, const Step& step) { c.update(1, c.keys(1).narrow(2, 0, 1), kv, step); },
+       [&](Cache& c, const StepPlan& step) { c.update(1, c.keys(1).narrow(2, 0, 1), kv, step); },
        {"key", "not share memory", "layer 1", "a view of them"}},
       {"value a view of the layer's key buffer",
-       [&](CacheBase& c, const Step& step) { c.update(0, kv, c.keys(0).narrow(2, 3, 1), step); },
+       [&](Cache& c, const StepPlan& step) { c.update(0, kv, c.keys(0).narrow(2, 3, 1), step); },
        {"value", "not share memory", "layer 0"}},
       {"key requires grad",
-       [&](CacheBase& c, const Step& step) {
+       [&](Cache& c, const StepPlan& step) {
          c.update(0, at::zeros({3, 2, 1, 4}).requires_grad_(), kv, step);
        },
        {"key", "not require grad", "NoGradGuard", "requires_grad=true"}},
       // the step's own accessors
       {"step.mask layer -1",
-       [](CacheBase&, const Step& step) { step.mask(-1); },
+       [](Cache&, const StepPlan& step) { step.mask(-1); },
        {"layer", "[0, 2)", "got -1"}},
       {"step.write_slots layer out of range",
-       [](CacheBase&, const Step& step) { step.write_slots(2); },
+       [](Cache&, const StepPlan& step) { step.write_slots(2); },
        {"layer", "[0, 2)", "got 2"}},
       {"step.view_len layer out of range",
-       [](CacheBase&, const Step& step) { step.view_len(kMax); },
+       [](Cache&, const StepPlan& step) { step.view_len(kMax); },
        {"layer", "got 9223372036854775807"}},
       // the cache's accessors
       {"keys layer -1",
-       [](CacheBase& c, const Step&) { c.keys(-1); },
+       [](Cache& c, const StepPlan&) { c.keys(-1); },
        {"layer", "[0, 2)", "got -1"}},
-      {"values layer 2", [](CacheBase& c, const Step&) { c.values(2); }, {"layer", "got 2"}},
-      {"capacity layer 2", [](CacheBase& c, const Step&) { c.capacity(2); }, {"layer", "got 2"}},
-      {"layer policy -5", [](CacheBase& c, const Step&) { c.layer(-5); }, {"layer", "got -5"}},
+      {"values layer 2", [](Cache& c, const StepPlan&) { c.values(2); }, {"layer", "got 2"}},
+      {"capacity layer 2", [](Cache& c, const StepPlan&) { c.capacity(2); }, {"layer", "got 2"}},
+      {"layer policy -5", [](Cache& c, const StepPlan&) { c.layer(-5); }, {"layer", "got -5"}},
       {"slot_positions layer 9",
-       [](CacheBase& c, const Step&) { c.slot_positions(9); },
+       [](Cache& c, const StepPlan&) { c.slot_positions(9); },
        {"layer", "got 9"}},
       // row operations
       {"reset_rows out of range",
-       [](CacheBase& c, const Step&) {
+       [](Cache& c, const StepPlan&) {
          c.reset_rows(positions({0, 3}));
        },
        {"rows[1]", "[0, max_batch=3)", "got 3"}},
       {"reset_rows negative",
-       [](CacheBase& c, const Step&) { c.reset_rows(positions({-1})); },
+       [](Cache& c, const StepPlan&) { c.reset_rows(positions({-1})); },
        {"rows[0]", "got -1"}},
       {"reset_rows duplicated",
-       [](CacheBase& c, const Step&) {
+       [](Cache& c, const StepPlan&) {
          c.reset_rows(positions({1, 1}));
        },
        {"rows[1]", "distinct", "1 twice"}},
       {"reset_rows empty",
-       [](CacheBase& c, const Step&) { c.reset_rows(at::zeros({0}, i64())); },
+       [](Cache& c, const StepPlan&) { c.reset_rows(at::zeros({0}, i64())); },
        {"rows", "between 1 and max_batch=3", "got 0"}},
       {"reset_rows too many",
-       [](CacheBase& c, const Step&) {
+       [](Cache& c, const StepPlan&) {
          c.reset_rows(positions({0, 1, 2, 0}));
        },
        {"rows", "got 4"}},
       {"reset_rows float",
-       [](CacheBase& c, const Step&) { c.reset_rows(at::zeros({1})); },
+       [](Cache& c, const StepPlan&) { c.reset_rows(at::zeros({1})); },
        {"rows", "Long", "Float"}},
       {"reset_rows rank 2",
-       [](CacheBase& c, const Step&) {
+       [](Cache& c, const StepPlan&) {
          c.reset_rows(at::zeros({1, 1}, i64()));
        },
        {"rows", "1-D", "[1, 1]"}},
-      {"copy_row src", [](CacheBase& c, const Step&) { c.copy_row(3, 0); }, {"src", "got 3"}},
-      {"copy_row dst", [](CacheBase& c, const Step&) { c.copy_row(0, -2); }, {"dst", "got -2"}},
+      {"copy_row src", [](Cache& c, const StepPlan&) { c.copy_row(3, 0); }, {"src", "got 3"}},
+      {"copy_row dst", [](Cache& c, const StepPlan&) { c.copy_row(0, -2); }, {"dst", "got -2"}},
       {"reorder out of range",
-       [](CacheBase& c, const Step&) {
+       [](Cache& c, const StepPlan&) {
          c.reorder(positions({0, 5}));
        },
        {"indices[1]", "got 5"}},
       {"reorder too long",
-       [](CacheBase& c, const Step&) {
+       [](Cache& c, const StepPlan&) {
          c.reorder(positions({0, 1, 2, 0}));
        },
        {"indices", "max_batch=3", "got 4"}},
       {"reorder int32",
-       [](CacheBase& c, const Step&) { c.reorder(positions({0}).to(at::kInt)); },
+       [](Cache& c, const StepPlan&) { c.reorder(positions({0}).to(at::kInt)); },
        {"indices", "Long", "Int"}},
       {"reset_rows undefined",
-       [](CacheBase& c, const Step&) { c.reset_rows(at::Tensor()); },
+       [](Cache& c, const StepPlan&) { c.reset_rows(at::Tensor()); },
        {"rows", "defined", "undefined"}},
       {"reset_rows on meta",
-       [](CacheBase& c, const Step&) { c.reset_rows(at::zeros({1}, on_meta(at::kLong))); },
+       [](Cache& c, const StepPlan&) { c.reset_rows(at::zeros({1}, on_meta(at::kLong))); },
        {"rows", "with data", "meta"}},
       {"reset_rows sparse",
-       [](CacheBase& c, const Step&) { c.reset_rows(positions({0}).to_sparse()); },
+       [](Cache& c, const StepPlan&) { c.reset_rows(positions({0}).to_sparse()); },
        {"rows", "strided", "Sparse"}},
       {"reset_rows duplicated far apart",
-       [](CacheBase& c, const Step&) {
+       [](Cache& c, const StepPlan&) {
          c.reset_rows(positions({2, 0, 2}));
        },
        {"rows[2]", "distinct", "2 twice"}},
       {"copy_row src far past max_batch",
-       [](CacheBase& c, const Step&) { c.copy_row(kMax, 0); },
+       [](Cache& c, const StepPlan&) { c.copy_row(kMax, 0); },
        {"src", "[0, max_batch=3)", "got 9223372036854775807"}},
       {"copy_row dst past max_batch",
-       [](CacheBase& c, const Step&) { c.copy_row(1, 3); },
+       [](Cache& c, const StepPlan&) { c.copy_row(1, 3); },
        {"dst", "[0, max_batch=3)", "got 3"}},
       {"reorder empty",
-       [](CacheBase& c, const Step&) { c.reorder(at::zeros({0}, i64())); },
+       [](Cache& c, const StepPlan&) { c.reorder(at::zeros({0}, i64())); },
        {"indices", "between 1 and max_batch=3", "got 0"}},
       {"reorder negative",
-       [](CacheBase& c, const Step&) {
+       [](Cache& c, const StepPlan&) {
          c.reorder(positions({1, kMin}));
        },
        {"indices[1]", "[0, max_batch=3)", "got -9223372036854775808"}},
       {"reorder rank 2",
-       [](CacheBase& c, const Step&) {
+       [](Cache& c, const StepPlan&) {
          c.reorder(at::zeros({2, 1}, i64()));
        },
        {"indices", "1-D", "[2, 1]"}},
       {"reorder undefined",
-       [](CacheBase& c, const Step&) { c.reorder(at::Tensor()); },
+       [](Cache& c, const StepPlan&) { c.reorder(at::Tensor()); },
        {"indices", "defined", "undefined"}},
   };
 
@@ -318,7 +318,7 @@ TEST_CASE("every bad argument raises a named error and leaves the cache bit-iden
   };
   for (const auto& [name, types] : layouts) {
     const CacheConfig config = config_for(types).max_chunk(4);
-    std::unique_ptr<CacheBase> cache;
+    std::unique_ptr<Cache> cache;
     if (std::string(name) == "static") {
       cache = std::make_unique<StaticCache>(config);
     } else {
@@ -327,7 +327,7 @@ TEST_CASE("every bad argument raises a named error and leaves the cache bit-iden
     fill(*cache);
     for (const BadCall& bad : calls) {
       // The step is planned before the snapshot: only the bad call is judged.
-      const Step step = cache->prepare(positions({3}), 3);
+      const StepPlan step = cache->prepare(positions({3}), 3);
       const Snapshot before(*cache);
       INFO(name << ": " << bad.what);
       require_error([&] { bad.call(*cache, step); }, bad.fragments);
@@ -351,21 +351,21 @@ TEST_CASE("a sliding cache rejects host positions spanning more than max_chunk",
 TEST_CASE("a stale step is refused after prepare, reset and every row operation",
           "[errors][step]") {
   const at::Tensor kv = at::zeros({3, 2, 1, 4});
-  const std::vector<std::pair<const char*, std::function<void(CacheBase&)>>> invalidators = {
-      {"prepare", [](CacheBase& c) { c.prepare(positions({3}), 3); }},
-      {"reset", [](CacheBase& c) { c.reset(); }},
-      {"reset_rows", [](CacheBase& c) { c.reset_rows(positions({1})); }},
-      {"copy_row", [](CacheBase& c) { c.copy_row(0, 2); }},
-      {"copy_row onto itself", [](CacheBase& c) { c.copy_row(1, 1); }},
+  const std::vector<std::pair<const char*, std::function<void(Cache&)>>> invalidators = {
+      {"prepare", [](Cache& c) { c.prepare(positions({3}), 3); }},
+      {"reset", [](Cache& c) { c.reset(); }},
+      {"reset_rows", [](Cache& c) { c.reset_rows(positions({1})); }},
+      {"copy_row", [](Cache& c) { c.copy_row(0, 2); }},
+      {"copy_row onto itself", [](Cache& c) { c.copy_row(1, 1); }},
       {"reorder",
-       [](CacheBase& c) {
+       [](Cache& c) {
          c.reorder(positions({2, 1, 0}));
        }},
   };
   for (const auto& [name, invalidate] : invalidators) {
     HybridCache cache(config_for({LayerType::kSliding, LayerType::kFull}));
     fill(cache);
-    const Step old = cache.prepare(positions({3}), 3);
+    const StepPlan old = cache.prepare(positions({3}), 3);
     invalidate(cache);
     const Snapshot before(cache);
     INFO(name);
@@ -382,7 +382,7 @@ TEST_CASE("a step of a destroyed cache is refused by a new cache built at its ad
   alignas(HybridCache) unsigned char storage[sizeof(HybridCache)];
   const CacheConfig big = config_for({LayerType::kFull}).max_len(64);
   auto* first = new (storage) HybridCache(big);
-  const Step old = first->prepare(positions({40}), 3);
+  const StepPlan old = first->prepare(positions({40}), 3);
   first->~HybridCache();
   auto* second = new (storage) HybridCache(config_for({LayerType::kFull}));
   second->prepare(positions({0}), 3);
@@ -397,7 +397,7 @@ TEST_CASE("a step of a destroyed cache is refused by a new cache built at its ad
 }
 
 TEST_CASE("a step that outlives its cache still answers its accessors", "[errors][step]") {
-  Step step;
+  StepPlan step;
   {
     HybridCache cache(config_for({LayerType::kSliding, LayerType::kFull}));
     step = cache.prepare(positions({0, 1}), 2);
@@ -409,7 +409,7 @@ TEST_CASE("a step that outlives its cache still answers its accessors", "[errors
 }
 
 TEST_CASE("a default-constructed step names itself instead of crashing", "[errors][step]") {
-  const Step empty;
+  const StepPlan empty;
   require_error([&] { empty.mask(0); }, {"step", "made by prepare()", "default-constructed"});
   require_error([&] { empty.write_slots(0); }, {"step", "default-constructed"});
   require_error([&] { empty.view_len(0); }, {"step", "default-constructed"});
@@ -535,8 +535,8 @@ TEST_CASE("non-contiguous positions, keys, values and rows act like contiguous c
   REQUIRE_FALSE(pos_t.is_contiguous());
   REQUIRE_FALSE(key_t.is_contiguous());
   REQUIRE_FALSE(value_t.is_contiguous());
-  Step a = dense.prepare(pos_t.contiguous(), 3);
-  Step b = strided.prepare(pos_t, 3);
+  StepPlan a = dense.prepare(pos_t.contiguous(), 3);
+  StepPlan b = strided.prepare(pos_t, 3);
   for (int64_t l = 0; l < 2; ++l) {
     dense.update(l, key_t.contiguous(), value_t.contiguous(), a);
     strided.update(l, key_t, value_t, b);
@@ -564,7 +564,7 @@ TEST_CASE("device-routed positions that cannot be stored go to the scratch slot"
                                           0, 0, 0, 0,          // one position four times
                                           1, 8, 15, 3,         // 1, 8, 15 share ring slot 1
                                       });
-  const Step step = cache.prepare(pos, 3);
+  const StepPlan step = cache.prepare(pos, 3);
   const at::Tensor key = at::arange(3 * 2 * 4 * 4, f32()).view({3, 2, 4, 4});
   cache.update(0, key, key, step);
   cache.update(1, key, key, step);

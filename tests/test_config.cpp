@@ -52,10 +52,10 @@ TEST_CASE("layer patterns match the models they are named after", "[config]") {
 
 TEST_CASE("chunk limit and ring capacity follow the documented rule", "[config]") {
   CacheConfig c = valid();
-  CHECK(c.chunk_limit() == 64);  // full layers only: any chunk up to max_len
+  CHECK(c.effective_max_chunk() == 64);  // full layers only: any chunk up to max_len
   c.layer_types = alternating(4);
   c.sliding_window = 8;
-  CHECK(c.chunk_limit() == 8);               // default: one window per step
+  CHECK(c.effective_max_chunk() == 8);       // default: one window per step
   CHECK(c.sliding_capacity() == 8 + 8 - 1);  // window + chunk - 1
   c.max_chunk = 1;
   CHECK(c.sliding_capacity() == 8);  // decode only: exactly the window

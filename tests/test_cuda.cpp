@@ -38,7 +38,8 @@ TEST_CASE("on CUDA, decode through the cache equals recomputation", "[cuda]") {
     std::vector<at::Tensor> outs;
     for (int64_t start = 0; start < total;) {
       const int64_t len = start == 0 ? prefill : 1;
-      Step step = cache.prepare(at::arange(start, start + len, on_gpu(at::kLong)), b, start + len);
+      StepPlan step =
+          cache.prepare(at::arange(start, start + len, on_gpu(at::kLong)), b, start + len);
       KV kv = cache.update(0, k.narrow(2, start, len), v.narrow(2, start, len), step);
       outs.push_back(sdpa_attention(q.narrow(2, start, len), kv.keys, kv.values, step.mask(0)));
       start += len;
@@ -69,8 +70,8 @@ TEST_CASE("a decode step captured once in a CUDA graph replays for every positio
   at::Tensor k_in = at::zeros({b, 2, 1, 64}, on_gpu(dtype));
   at::Tensor v_in = at::zeros({b, 2, 1, 64}, on_gpu(dtype));
   at::Tensor out;
-  auto decode = [&](CacheBase& cache) {
-    Step step = cache.prepare(pos, b);
+  auto decode = [&](Cache& cache) {
+    StepPlan step = cache.prepare(pos, b);
     at::Tensor o;
     for (int64_t l = 0; l < 2; ++l) {
       KV kv = cache.update(l, k_in, v_in, step);
@@ -79,9 +80,9 @@ TEST_CASE("a decode step captured once in a CUDA graph replays for every positio
     return o;
   };
   auto prefill_both = [&] {
-    for (CacheBase* cache : {&eager, &graphed}) {
+    for (Cache* cache : {&eager, &graphed}) {
       cache->reset();
-      Step step = cache->prepare(at::arange(prefill, on_gpu(at::kLong)), b);
+      StepPlan step = cache->prepare(at::arange(prefill, on_gpu(at::kLong)), b);
       for (int64_t l = 0; l < 2; ++l) {
         cache->update(l, k.narrow(2, 0, prefill), v.narrow(2, 0, prefill), step);
       }
@@ -125,7 +126,7 @@ TEST_CASE("a decode step captured once in a CUDA graph replays for every positio
 TEST_CASE("on CUDA, padded queries give finite outputs and leave live rows intact", "[cuda]") {
   HybridCache cache(gpu_config(/*max_batch=*/2, /*max_len=*/16, at::kHalf));
   const at::Tensor kv = at::randn({2, 2, 4, 64}, on_gpu(at::kHalf));
-  Step step = cache.prepare(at::arange(4, on_gpu(at::kLong)), 2);
+  StepPlan step = cache.prepare(at::arange(4, on_gpu(at::kLong)), 2);
   cache.update(0, kv, kv, step);
   const at::Tensor before = cache.keys(0).narrow(2, 0, 16).clone();
   const at::Tensor pos = at::tensor(std::vector<int64_t>{4, -1, -1, -1}, i64()).view({2, 2}).cuda();

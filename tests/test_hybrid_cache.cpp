@@ -52,7 +52,7 @@ double run_and_compare(HybridCache& cache, const Sequences& s,
   double worst = 0;
 
   auto run_step = [&](const at::Tensor& pos) {
-    Step step = cache.prepare(pos, b);
+    StepPlan step = cache.prepare(pos, b);
     const at::Tensor key = gather_positions(s.k, pos);
     const at::Tensor value = gather_positions(s.v, pos);
     const at::Tensor query = gather_positions(s.q, pos).to(dtype);
@@ -121,7 +121,7 @@ TEST_CASE("a prefill longer than the window leaves the newest positions in the r
   HybridCache cache(ConfigBuilder().max_batch(1).max_len(64).hybrid(/*window=*/4, /*chunk=*/10));
   CHECK(cache.capacity(0) == 13);
   CHECK(cache.capacity(1) == 64);
-  Step step = cache.prepare(arange_positions(0, 10), 1);
+  StepPlan step = cache.prepare(arange_positions(0, 10), 1);
   for (int64_t l = 0; l < 2; ++l) {
     cache.update(l, at::zeros({1, 2, 10, kDim}), at::zeros({1, 2, 10, kDim}), step);
   }
@@ -146,7 +146,7 @@ TEST_CASE("decode past the window writes one slot in place per step", "[hybrid][
   const auto before = addresses(cache);
   for (int64_t p = 0; p < 20; ++p) {
     const Snapshot prior(cache);
-    Step step = cache.prepare(positions({p}), 2);
+    StepPlan step = cache.prepare(positions({p}), 2);
     const at::Tensor kv = at::full({2, 2, 1, kDim}, static_cast<double>(p));
     cache.update(0, kv, kv, step);
     // Only slot p % 3 (and the scratch slot) changed.
@@ -166,7 +166,7 @@ TEST_CASE("masks are computed once per layer type and shared by its layers", "[h
                         .max_len(32)
                         .hybrid(/*window=*/4, /*chunk=*/4)
                         .layer_types(sliding_then_full(6, 2)));  // S S F S S F
-  Step step = cache.prepare(arange_positions(0, 4), 2);
+  StepPlan step = cache.prepare(arange_positions(0, 4), 2);
   CHECK(step.mask(0).data_ptr() == step.mask(1).data_ptr());
   CHECK(step.mask(0).data_ptr() == step.mask(4).data_ptr());
   CHECK(step.mask(2).data_ptr() == step.mask(5).data_ptr());
@@ -188,7 +188,7 @@ TEST_CASE("the additive mask blocks exactly what the bool mask blocks, and atten
                                            positions(3, {4, 2, -1})};
     for (const at::Tensor& pos : steps) {
       const int64_t q = pos.size(1);
-      Step step = cache.prepare(pos, 3);
+      StepPlan step = cache.prepare(pos, 3);
       const at::Tensor real = pos.ge(0).view({3, 1, q, 1});
       for (int64_t layer = 0; layer < 2; ++layer) {
         const at::Tensor& mask = step.mask(layer);
@@ -227,7 +227,7 @@ TEST_CASE("duplicate ring slots in one device-routed write keep only the newest 
                         .check_position_values(false));
   CHECK(cache.capacity(0) == 4);
   // Positions 1 and 5 share slot 1; 9 too. Only 9 may be stored there.
-  Step step = cache.prepare(positions({1, 5, 9}), 1);
+  StepPlan step = cache.prepare(positions({1, 5, 9}), 1);
   const at::Tensor key =
       at::arange(3, f32()).view({1, 1, 3, 1}).expand({1, 2, 3, kDim}).contiguous();
   cache.update(0, key, key, step);
@@ -270,7 +270,7 @@ TEST_CASE("row operations keep sliding and full layers consistent", "[hybrid][ro
   at::manual_seed(21);
   const at::Tensor pos = positions(3, {0, 1, 2, 3, 0, 1, -1, -1, 0, 1, 2, -1});
   const at::Tensor key = at::randn({3, 2, 4, kDim});
-  Step step = cache.prepare(pos, 3);
+  StepPlan step = cache.prepare(pos, 3);
   cache.update(0, key, key, step);
   cache.update(1, key, key, step);
   sliding.write(pos, key, key);
@@ -352,7 +352,7 @@ TEST_CASE("randomized step sequences match a reference that keeps every token",
       const at::Tensor key = at::randn({b, kKvHeads, q, kDim});
       const at::Tensor value = at::randn({b, kKvHeads, q, kDim});
       const at::Tensor query = at::randn({b, kHeads, q, kDim});
-      Step step = cache.prepare(pos, b);
+      StepPlan step = cache.prepare(pos, b);
       KV slide = cache.update(0, key, value, step);
       KV full = cache.update(1, key, value, step);
       ref_sliding.write(pos, key, value);

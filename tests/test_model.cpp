@@ -82,7 +82,7 @@ TEST_CASE("incremental decode through every cache equals one full forward withou
         const at::Tensor expected = full_forward(model, ids, lens);
         for (CacheKind kind : c.caches) {
           CacheConfig cc = model.cache_config(b, /*max_len=*/32);
-          std::unique_ptr<CacheBase> cache;
+          std::unique_ptr<Cache> cache;
           std::unique_ptr<AttentionBackend> backend;
           if (kind == CacheKind::kStatic) cache = std::make_unique<StaticCache>(cc);
           if (kind == CacheKind::kHybrid) cache = std::make_unique<HybridCache>(cc);

@@ -39,7 +39,7 @@ class FaultAt {
   FaultAt& operator=(const FaultAt&) = delete;
 };
 
-void write_step(CacheBase& cache, const Step& step) {
+void write_step(Cache& cache, const StepPlan& step) {
   const at::Tensor k =
       at::randn({step.live_batch(), 2, step.query_len(), 4}, at::TensorOptions().dtype(at::kFloat));
   for (int64_t layer = 0; layer < cache.num_layers(); ++layer) {
@@ -49,7 +49,7 @@ void write_step(CacheBase& cache, const Step& step) {
 
 }  // namespace
 
-TEST_CASE("a prepare() that throws at any point changes nothing and keeps the last Step valid",
+TEST_CASE("a prepare() that throws at any point changes nothing and keeps the last StepPlan valid",
           "[cache][prepare]") {
   const statickv::detail::PreparePoint points[] = {
       statickv::detail::PreparePoint::kBeforeBookkeeping,
@@ -61,7 +61,7 @@ TEST_CASE("a prepare() that throws at any point changes nothing and keeps the la
       INFO("fault point " << static_cast<int>(point) << ", per-row positions " << per_row);
       HybridCache cache(hybrid_config());
       write_step(cache, cache.prepare(positions(2, {0, 1, 0, 1}), 2));
-      const Step last = cache.prepare(positions(2, {2, 3, 2, -1}), 2);
+      const StepPlan last = cache.prepare(positions(2, {2, 3, 2, -1}), 2);
       const Snapshot before(cache);
       {
         FaultAt fault(point);
@@ -69,10 +69,10 @@ TEST_CASE("a prepare() that throws at any point changes nothing and keeps the la
         CHECK_THROWS_WITH(cache.prepare(next, 2), "injected fault");
       }
       CHECK(before.same_as(cache));
-      // The Step made before the failed call still writes.
+      // The StepPlan made before the failed call still writes.
       CHECK_NOTHROW(write_step(cache, last));
       // And the cache goes on as if the failed call never happened.
-      const Step after = cache.prepare(positions(2, {4, 5, 3, 4}), 2);
+      const StepPlan after = cache.prepare(positions(2, {4, 5, 3, 4}), 2);
       CHECK_NOTHROW(write_step(cache, after));
       CHECK(at::equal(cache.seq_lengths(), positions({6, 5})));
     }
@@ -95,7 +95,7 @@ TEST_CASE("prepare() refuses positions that are a view of the cache's bookkeepin
   CHECK(before.same_as(cache));
   // A copy is the caller's own: prepare() advances seq_lengths, not it.
   const at::Tensor copy = aliased.clone();
-  const Step step = cache.prepare(copy, 2);
+  const StepPlan step = cache.prepare(copy, 2);
   CHECK(at::equal(copy, positions(2, {2, 1})));
   CHECK(at::equal(step.positions(), positions(2, {2, 1})));
   CHECK(at::equal(cache.seq_lengths(), positions({3, 2})));
@@ -109,7 +109,7 @@ TEST_CASE("a cache built under InferenceMode gets statickv's own error when used
     cache = std::make_unique<HybridCache>(hybrid_config());
     write_step(*cache, cache->prepare(positions({0}), 2));
   }
-  Step last;
+  StepPlan last;
   {
     c10::InferenceMode inference;
     last = cache->prepare(positions({1}), 2);
@@ -124,5 +124,5 @@ TEST_CASE("a cache built under InferenceMode gets statickv's own error when used
   require_error([&] { cache->reset(); }, message);
   CHECK(before.same_as(*cache));
   c10::InferenceMode inference;
-  CHECK_NOTHROW(write_step(*cache, last));  // the last Step is still the current one
+  CHECK_NOTHROW(write_step(*cache, last));  // the last StepPlan is still the current one
 }

@@ -31,7 +31,7 @@ void write_poisoned_row(HybridCache& cache, int64_t row) {
   const CacheConfig& c = cache.config();
   std::vector<int64_t> pos(static_cast<size_t>(c.max_batch * 8), -1);
   for (int64_t t = 0; t < 8; ++t) pos[static_cast<size_t>(row * 8 + t)] = t;
-  const Step step = cache.prepare(positions(c.max_batch, pos), c.max_batch, /*attend_len=*/8);
+  const StepPlan step = cache.prepare(positions(c.max_batch, pos), c.max_batch, /*attend_len=*/8);
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
     at::Tensor k = at::randn({c.max_batch, c.num_kv_heads, 8, c.head_dim});
     at::Tensor v = at::randn_like(k);
@@ -78,7 +78,8 @@ TEST_CASE("a NaN key and an Inf value of a reset row never reach the next sequen
   HybridCache cache(hybrid_config());
   write_poisoned_row(cache, /*row=*/0);
   cache.reset_rows(positions({0}));
-  const Step step = cache.prepare(positions(1, {0, 1, 2, 3}), /*live_batch=*/1, /*attend_len=*/8);
+  const StepPlan step =
+      cache.prepare(positions(1, {0, 1, 2, 3}), /*live_batch=*/1, /*attend_len=*/8);
   for (int64_t layer = 0; layer < 2; ++layer) {
     const at::Tensor k = at::randn({1, 2, 4, 4});
     const KV kv = cache.update(layer, k, at::randn_like(k), step);
@@ -97,7 +98,7 @@ TEST_CASE("a NaN key and an Inf value of a reset row never reach the next sequen
 TEST_CASE("reset_rows keeps every buffer address and invalidates earlier steps", "[cache][reset]") {
   HybridCache cache(hybrid_config());
   const std::vector<const void*> before = statickv::test::addresses(cache);
-  const Step step = cache.prepare(positions({0}), /*live_batch=*/3);
+  const StepPlan step = cache.prepare(positions({0}), /*live_batch=*/3);
   cache.reset_rows(positions({0, 2}));
   CHECK(statickv::test::addresses(cache) == before);
   const at::Tensor k = at::zeros({3, 2, 1, 4});

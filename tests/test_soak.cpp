@@ -153,7 +153,7 @@ TEST_CASE("thousands of churned steps in a max_batch-row cache match a keep-ever
     const at::Tensor value = at::randn({live, kKvHeads, q, kDim});
     const at::Tensor key2 = at::randn({live, kKvHeads, q, kDim});
     const at::Tensor query = at::randn({live, kHeads, q, kDim});
-    Step step = cache.prepare(pos, live, attend);
+    StepPlan step = cache.prepare(pos, live, attend);
     KV slide = cache.update(0, key, value, step);
     KV full = cache.update(1, key2, value, step);
     ref_sliding.write(pos, key, value);

@@ -11,7 +11,7 @@ namespace {
 // and returns every step's attention output concatenated along q, for one
 // layer, computed with `attend` (the fused or the reference kernel).
 template <typename Attend>
-at::Tensor run_through_cache(CacheBase& cache, int64_t live_batch, const at::Tensor& q,
+at::Tensor run_through_cache(Cache& cache, int64_t live_batch, const at::Tensor& q,
                              const at::Tensor& k, const at::Tensor& v, int64_t prefill,
                              bool follow_length, Attend attend) {
   const int64_t total = q.size(2);
@@ -20,7 +20,7 @@ at::Tensor run_through_cache(CacheBase& cache, int64_t live_batch, const at::Ten
   while (start < total) {
     const int64_t len = start == 0 ? prefill : 1;
     const int64_t attend_len = follow_length ? start + len : -1;
-    Step step = cache.prepare(arange_positions(start, len), live_batch, attend_len);
+    StepPlan step = cache.prepare(arange_positions(start, len), live_batch, attend_len);
     at::Tensor out;
     for (int64_t layer = 0; layer < cache.num_layers(); ++layer) {
       // Every layer gets its own data (a scaled copy) so layers cannot alias.
@@ -100,7 +100,7 @@ TEST_CASE("a max_batch 16 cache serving live batch b equals a cache of exactly b
 TEST_CASE("update returns batch-prefix views that share the cache's storage",
           "[static][batch-prefix]") {
   StaticCache cache(ConfigBuilder().max_batch(8).max_len(16));
-  Step step = cache.prepare(arange_positions(0, 3), /*live_batch=*/5, /*attend_len=*/10);
+  StepPlan step = cache.prepare(arange_positions(0, 3), /*live_batch=*/5, /*attend_len=*/10);
   const at::Tensor key = at::randn({5, 2, 3, 8});
   KV kv = cache.update(/*layer=*/0, key, key.neg(), step);
   CHECK(kv.keys.sizes() == at::IntArrayRef({5, 2, 10, 8}));
@@ -119,7 +119,7 @@ TEST_CASE("no buffer address changes across updates, reset and row operations",
           "[static][addresses]") {
   StaticCache cache(ConfigBuilder().max_batch(4).max_len(16));
   const auto before = addresses(cache);
-  Step step = cache.prepare(arange_positions(0, 4), 4);
+  StepPlan step = cache.prepare(arange_positions(0, 4), 4);
   for (int64_t l = 0; l < 2; ++l) {
     cache.update(l, at::randn({4, 2, 4, 8}), at::randn({4, 2, 4, 8}), step);
   }
@@ -151,7 +151,7 @@ TEST_CASE("ragged per-row positions write each row at its own positions", "[stat
     const at::Tensor key = at::randn({3, 2, q, 8});
     const at::Tensor value = at::randn({3, 2, q, 8});
     const at::Tensor query = at::randn({3, kHeads, q, 8});
-    Step step = cache.prepare(pos, 3);
+    StepPlan step = cache.prepare(pos, 3);
     KV kv = cache.update(0, key, value, step);
     reference.write(pos, key, value);
     const at::Tensor got = reference_attention(query, kv.keys, kv.values, step.mask(0));
@@ -166,7 +166,7 @@ TEST_CASE("ragged per-row positions write each row at its own positions", "[stat
 TEST_CASE("padded tokens and padded rows never change another row or a live entry",
           "[static][padding]") {
   StaticCache cache(ConfigBuilder().max_batch(4).max_len(8));
-  Step step = cache.prepare(arange_positions(0, 4), 4);
+  StepPlan step = cache.prepare(arange_positions(0, 4), 4);
   for (int64_t l = 0; l < 2; ++l) {
     cache.update(l, at::randn({4, 2, 4, 8}), at::randn({4, 2, 4, 8}), step);
   }
@@ -206,7 +206,7 @@ TEST_CASE("device-resident positions past max_len are routed to the scratch slot
   // check_position_values=false makes a CPU cache behave as a CUDA cache
   // does: positions are never read on the host.
   StaticCache cache(ConfigBuilder().max_batch(2).max_len(4).check_position_values(false));
-  Step step = cache.prepare(arange_positions(0, 4), 2);
+  StepPlan step = cache.prepare(arange_positions(0, 4), 2);
   for (int64_t l = 0; l < 2; ++l) {
     cache.update(l, at::randn({2, 2, 4, 8}), at::randn({2, 2, 4, 8}), step);
   }
@@ -222,7 +222,7 @@ TEST_CASE("device-resident positions past max_len are routed to the scratch slot
 
 TEST_CASE("duplicate positions in one step keep only the later token", "[static][padding]") {
   StaticCache cache(ConfigBuilder().max_batch(1).max_len(8));
-  Step step = cache.prepare(positions({2, 3, 2}), 1);
+  StepPlan step = cache.prepare(positions({2, 3, 2}), 1);
   const at::Tensor key = at::arange(3, f32()).view({1, 1, 3, 1}).expand({1, 2, 3, 8}).contiguous();
   cache.update(0, key, key, step);
   CHECK(at::equal(step.write_slots(0), positions({8, 3, 2})));
@@ -231,7 +231,7 @@ TEST_CASE("duplicate positions in one step keep only the later token", "[static]
 
 TEST_CASE("reset_rows empties exactly the named rows", "[static][rows]") {
   StaticCache cache(ConfigBuilder().max_batch(3).max_len(8));
-  Step step = cache.prepare(arange_positions(0, 3), 3);
+  StepPlan step = cache.prepare(arange_positions(0, 3), 3);
   for (int64_t l = 0; l < 2; ++l) {
     cache.update(l, at::randn({3, 2, 3, 8}), at::randn({3, 2, 3, 8}), step);
   }
@@ -253,7 +253,7 @@ TEST_CASE("copy_row forks a prefilled row: both continue identically", "[static]
   StaticCache cache(ConfigBuilder().max_batch(2).max_len(8));
   at::manual_seed(5);
   const at::Tensor key = at::randn({1, 2, 4, 8});
-  Step step = cache.prepare(arange_positions(0, 4), 1);
+  StepPlan step = cache.prepare(arange_positions(0, 4), 1);
   for (int64_t l = 0; l < 2; ++l) cache.update(l, key, key, step);
   cache.copy_row(/*src=*/0, /*dst=*/1);
   const at::Tensor next = at::randn({1, 2, 1, 8}).expand({2, 2, 1, 8}).contiguous();
@@ -271,7 +271,7 @@ TEST_CASE("reorder gathers rows in place for beam search", "[static][rows]") {
   at::Tensor pos = positions(4, {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3});
   pos = at::where(pos.le(at::arange(4, i64()).view({4, 1})), pos, -1);
   const at::Tensor data = at::arange(4, f32()).view({4, 1, 1, 1}).expand({4, 2, 4, 8}).contiguous();
-  Step step = cache.prepare(pos, 4);
+  StepPlan step = cache.prepare(pos, 4);
   for (int64_t l = 0; l < 2; ++l) cache.update(l, data, data, step);
   const Snapshot before(cache);
   cache.reorder(positions({2, 2, 0}));  // rows 0,1 <- old row 2; row 2 <- old row 0
@@ -287,7 +287,7 @@ TEST_CASE("reorder gathers rows in place for beam search", "[static][rows]") {
 
 TEST_CASE("a step made before a row operation is refused as stale", "[static][rows]") {
   StaticCache cache(ConfigBuilder().max_batch(2).max_len(8));
-  Step step = cache.prepare(positions({0}), 2);
+  StepPlan step = cache.prepare(positions({0}), 2);
   cache.reset_rows(positions({1}));
   const Snapshot before(cache);
   require_error(

@@ -71,7 +71,7 @@ double random_op(Driven& d, std::mt19937_64& rng, at::Generator& gen, const Shap
   const at::Tensor key = at::randn({b, kKvHeads, q, kDim}, gen);
   const at::Tensor value = at::randn({b, kKvHeads, q, kDim}, gen);
   const at::Tensor query = at::randn({b, kHeads, q, kDim}, gen);
-  Step step = d.cache.prepare(pos, b, attend.round_up(highest));
+  StepPlan step = d.cache.prepare(pos, b, attend.round_up(highest));
   KV s = d.cache.update(0, key, value, step);
   KV f = d.cache.update(1, value, key, step);
   d.sliding.write(pos, key, value);

@@ -59,11 +59,11 @@ TEST_CASE("a TorchScript step over the cache views agrees with the C++ path", "[
     const at::Tensor value = at::randn({b, 2, q, 8});
     const at::Tensor query = at::randn({b, 4, q, 8});
 
-    Step step = native.prepare(pos, b);
+    StepPlan step = native.prepare(pos, b);
     KV kv = native.update(/*layer=*/0, key, value, step);
     const at::Tensor want = reference_attention(query, kv.keys, kv.values, step.mask(0));
 
-    Step plan = scripted.prepare(pos, b);
+    StepPlan plan = scripted.prepare(pos, b);
     const at::Tensor got =
         unit->get_function(function)({scripted.keys(0).narrow(0, 0, b),
                                       scripted.values(0).narrow(0, 0, b), plan.write_slots(0), key,

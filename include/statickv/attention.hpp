@@ -2,8 +2,8 @@
 // Attention over cache views, in two forms that must agree: the fused
 // scaled_dot_product_attention kernel, and a plain matmul/softmax reference
 // used by tests. Both take grouped-query layouts (q heads a multiple of kv
-// heads) and the bool masks a Step produces; the fused kernel also takes a
-// Step's additive masks, its faster form (no per-call conversion). A query whose row is fully
+// heads) and the bool masks a StepPlan produces; the fused kernel also takes a
+// StepPlan's additive masks, its faster form (no per-call conversion). A query whose row is fully
 // masked (a padded token) gets a zero output from the reference rather than
 // the NaN a naive softmax gives.
 
@@ -67,7 +67,7 @@ inline at::Tensor reference_attention(const at::Tensor& query, const at::Tensor&
 }
 
 /// Fused attention (scaled_dot_product_attention with enable_gqa). mask:
-/// a Step's bool mask(layer) or, faster, its additive_mask(layer). A float
+/// a StepPlan's bool mask(layer) or, faster, its additive_mask(layer). A float
 /// mask is added to the scores, as in sdpa: a 0/1 float mask blocks nothing.
 inline at::Tensor sdpa_attention(const at::Tensor& query, const at::Tensor& keys,
                                  const at::Tensor& values, const at::Tensor& mask) {

@@ -71,8 +71,8 @@ inline at::Tensor host_rows(const char* name, const at::Tensor& rows, int64_t ma
   return host;
 }
 
-// Generations are unique across every cache of the process, so a Step of a
-// destroyed cache is never taken for a current Step of a new cache built at
+// Generations are unique across every cache of the process, so a StepPlan of a
+// destroyed cache is never taken for a current StepPlan of a new cache built at
 // the same address (its slots would index another config's buffers).
 inline uint64_t next_generation() {
   static std::atomic<uint64_t> counter{0};
@@ -107,9 +107,9 @@ inline void prepare_fault_point(PreparePoint point) {
 /// The container of layers behind StaticCache and HybridCache. Not copyable
 /// and not movable: Steps and CUDA graphs refer to its buffers and to it by
 /// address, so its identity must not change. Hold it by value or unique_ptr.
-class CacheBase {
+class Cache {
  public:
-  explicit CacheBase(CacheConfig config) : config_(std::move(config)) {
+  explicit Cache(CacheConfig config) : config_(std::move(config)) {
     config_.validate();
     const auto long_opts = at::TensorOptions().dtype(at::kLong).device(config_.device);
     const auto data_opts = at::TensorOptions().dtype(config_.dtype).device(config_.device);
@@ -120,7 +120,7 @@ class CacheBase {
       int64_t g = 0;
       while (g < static_cast<int64_t>(groups_.size()) && groups_[g].policy->type() != type) ++g;
       if (g == static_cast<int64_t>(groups_.size())) {
-        Group group;
+        LayerGroup group;
         group.policy = make_layer_policy(config_, type);
         const int64_t slots = group.policy->buffer_len();
         group.slot_positions = at::full({config_.max_batch, slots}, -1, long_opts);
@@ -147,11 +147,11 @@ class CacheBase {
     config_.device = seq_lengths_.device();
   }
 
-  CacheBase(const CacheBase&) = delete;
-  CacheBase& operator=(const CacheBase&) = delete;
-  CacheBase(CacheBase&&) = delete;
-  CacheBase& operator=(CacheBase&&) = delete;
-  virtual ~CacheBase() = default;
+  Cache(const Cache&) = delete;
+  Cache& operator=(const Cache&) = delete;
+  Cache(Cache&&) = delete;
+  Cache& operator=(Cache&&) = delete;
+  virtual ~Cache() = default;
 
   /// Plans one forward pass and advances the bookkeeping.
   ///
@@ -162,7 +162,7 @@ class CacheBase {
   /// pass a copy). live_batch: rows 0..live_batch-1 take part.
   /// attend_len: full layers expose slots [0, attend_len) (default max_len),
   /// so attention cost can follow the real length.
-  Step prepare(const at::Tensor& cache_position, int64_t live_batch, int64_t attend_len = -1) {
+  StepPlan prepare(const at::Tensor& cache_position, int64_t live_batch, int64_t attend_len = -1) {
     // All checks first: nothing below may throw on user input.
     check_prepare(cache_position, live_batch, attend_len);
     const int64_t attend = attend_len < 0 ? config_.max_len : attend_len;
@@ -170,7 +170,7 @@ class CacheBase {
       check_position_values(cache_position, attend);
     }
 
-    Step step;
+    StepPlan step;
     step.owner_ = this;
     step.layer_group_ = layer_group_;
     step.positions_ = cache_position;
@@ -187,7 +187,7 @@ class CacheBase {
     const at::Tensor pos = step.per_row_ ? cache_position : cache_position.unsqueeze(0);
     const at::Tensor sane = at::where(pos.lt(config_.max_len), pos, -1).clamp_min_(-1);
     std::vector<at::Tensor> slots;  // per group [rows, q]
-    for (const Group& group : groups_) {
+    for (const LayerGroup& group : groups_) {
       at::Tensor s = group.policy->slots_of(sane);
       if (step.query_len_ > 1) s = newest_wins(s, sane, group.policy->buffer_len());
       slots.push_back(std::move(s));
@@ -202,11 +202,11 @@ class CacheBase {
 
   /// Writes one layer's new keys and values (one index_copy_ each) and returns
   /// views of the live rows. key/value: [live_batch, kv_heads, q, head_dim].
-  KV update(int64_t layer, const at::Tensor& key, const at::Tensor& value, const Step& step) {
+  KV update(int64_t layer, const at::Tensor& key, const at::Tensor& value, const StepPlan& step) {
     check_mutable("update");
     check_layer(layer);
     TORCH_CHECK(step.owner_ == this,
-                "step: expected a Step made by this cache's prepare() but got ",
+                "step: expected a StepPlan made by this cache's prepare() but got ",
                 step.owner_ == nullptr ? "a default-constructed one" : "one of another cache");
     TORCH_CHECK(step.generation_ == generation_,
                 "step: expected the cache's current step (generation ", generation_,
@@ -226,7 +226,7 @@ class CacheBase {
     check_source("key", key, layer);
     check_source("value", value, layer);
 
-    const Step::Group& planned = step.group(layer);
+    const StepPlan::GroupPlan& planned = step.group(layer);
     const int64_t b = step.live_batch_;
     const auto l = static_cast<size_t>(layer);
     if (step.per_row_) {
@@ -335,12 +335,12 @@ class CacheBase {
   }
   /// Position stored in each slot of a layer, -1 = empty: [max_batch, capacity].
   at::Tensor slot_positions(int64_t layer) const {
-    const Group& g = group_of(layer);
+    const LayerGroup& g = group_of(layer);
     return g.slot_positions.narrow(1, 0, g.policy->capacity());
   }
 
  protected:
-  struct Group {
+  struct LayerGroup {
     std::shared_ptr<const LayerPolicy> policy;
     at::Tensor slot_positions;  // [max_batch, capacity + 1], int64, -1 = empty
     at::Tensor row_head_base;   // [max_batch, kv_heads, 1], int64
@@ -374,7 +374,7 @@ class CacheBase {
                              buffer.storage_offset());
   }
 
-  const Group& group_of(int64_t layer) const {
+  const LayerGroup& group_of(int64_t layer) const {
     check_layer(layer);
     return groups_[static_cast<size_t>((*layer_group_)[static_cast<size_t>(layer)])];
   }
@@ -396,8 +396,8 @@ class CacheBase {
                 "cache_position: expected ", live_batch, " rows (live_batch) but got shape ",
                 cache_position.sizes());
     const int64_t q = cache_position.size(-1);
-    TORCH_CHECK(q >= 1 && q <= config_.chunk_limit(),
-                "cache_position: expected between 1 and max_chunk=", config_.chunk_limit(),
+    TORCH_CHECK(q >= 1 && q <= config_.effective_max_chunk(),
+                "cache_position: expected between 1 and max_chunk=", config_.effective_max_chunk(),
                 " positions per row but got ", q);
     TORCH_CHECK(attend_len == -1 || (attend_len >= 1 && attend_len <= config_.max_len),
                 "attend_len: expected -1 (max_len) or a value in [1, max_len=", config_.max_len,
@@ -411,7 +411,7 @@ class CacheBase {
 
   bool aliases_bookkeeping(const at::Tensor& t) const {
     if (t.is_alias_of(seq_lengths_)) return true;
-    for (const Group& g : groups_) {
+    for (const LayerGroup& g : groups_) {
       if (t.is_alias_of(g.slot_positions)) return true;
     }
     return false;
@@ -434,9 +434,9 @@ class CacheBase {
   // a test's fault hook), the written bookkeeping is restored from values
   // saved just before each write (b entries of seq_lengths; the [rows, q]
   // slot positions about to be overwritten) and the generation is not
-  // advanced, so the cache and every earlier Step are as they were. Saving
+  // advanced, so the cache and every earlier StepPlan are as they were. Saving
   // costs two small ops per step (a clone and one gather per layer type).
-  void advance(Step& step, const at::Tensor& sane, const std::vector<at::Tensor>& slots,
+  void advance(StepPlan& step, const at::Tensor& sane, const std::vector<at::Tensor>& slots,
                int64_t attend) {
     const int64_t b = step.live_batch_;
     at::Tensor seq = seq_lengths_.narrow(0, 0, b);
@@ -468,12 +468,13 @@ class CacheBase {
 
   // One layer type's part of a step: masks over the slot positions the
   // views expose, and the flat write index for per-row positions.
-  Step::Group plan_group(const Group& group, const Step& step, const at::Tensor& sane,
-                         const at::Tensor& slots, int64_t attend) const {
+  StepPlan::GroupPlan plan_group(const LayerGroup& group, const StepPlan& step,
+                                 const at::Tensor& sane, const at::Tensor& slots,
+                                 int64_t attend) const {
     const LayerPolicy& policy = *group.policy;
     const int64_t b = step.live_batch_;
     const int64_t slots_len = policy.buffer_len();
-    Step::Group planned;
+    StepPlan::GroupPlan planned;
     planned.view_len = policy.view_len(attend);
     // [b, 1, 1, view_len]: the slot positions the views expose.
     const at::Tensor seen =
@@ -529,15 +530,15 @@ class CacheBase {
         hi = std::max(hi, p);
       }
       if (has_sliding && hi >= 0) {
-        TORCH_CHECK(hi - lo < config_.chunk_limit(), "cache_position[", r,
+        TORCH_CHECK(hi - lo < config_.effective_max_chunk(), "cache_position[", r,
                     "]: expected the row's positions to span at most max_chunk=",
-                    config_.chunk_limit(), " (sliding layers) but got ", lo, "..", hi);
+                    config_.effective_max_chunk(), " (sliding layers) but got ", lo, "..", hi);
       }
     }
   }
 
   CacheConfig config_;
-  std::vector<Group> groups_;
+  std::vector<LayerGroup> groups_;
   std::shared_ptr<const std::vector<int64_t>> layer_group_;  // group of each layer
   std::vector<at::Tensor> keys_;    // per layer [max_batch, kv_heads, capacity + 1, head_dim]
   std::vector<at::Tensor> values_;  // per layer, same shape
@@ -552,29 +553,18 @@ class CacheBase {
 /// (Per layer type, not per layer: num_layers may be anything validate()
 /// accepts.)
 inline int64_t estimate_memory_bytes(const CacheConfig& config) {
-  config.validate();
-  const int64_t element = static_cast<int64_t>(c10::elementSize(config.dtype));
-  const int64_t index = static_cast<int64_t>(sizeof(int64_t));
-  const int64_t sliding = static_cast<int64_t>(
-      std::count(config.layer_types.begin(), config.layer_types.end(), LayerType::kSliding));
-  int64_t total = config.max_batch * index;  // seq_lengths
-  for (const auto& [type, layers] :
-       {std::pair<LayerType, int64_t>{LayerType::kFull, config.num_layers - sliding},
-        std::pair<LayerType, int64_t>{LayerType::kSliding, sliding}}) {
-    if (layers == 0) continue;
-    const int64_t slots = make_layer_policy(config, type)->buffer_len();
-    total +=
-        layers * 2 * config.max_batch * config.num_kv_heads * slots * config.head_dim * element;
-    total += config.max_batch * slots * index;                // slot_positions
-    total += config.max_batch * config.num_kv_heads * index;  // row_head_base
-  }
-  return total;
+  config.validate();  // rejects a config whose bytes overflow
+  bool overflow = false;
+  return config.owned_bytes(&overflow);
 }
 
+/// The name Cache had before 0.2; kept so existing code compiles.
+using CacheBase = Cache;
+
 /// Every layer full attention (Llama-style models).
-class StaticCache : public CacheBase {
+class StaticCache : public Cache {
  public:
-  explicit StaticCache(CacheConfig config) : CacheBase(checked(std::move(config))) {}
+  explicit StaticCache(CacheConfig config) : Cache(checked(std::move(config))) {}
 
  private:
   static CacheConfig checked(CacheConfig config) {
@@ -589,9 +579,9 @@ class StaticCache : public CacheBase {
 
 /// Full and sliding-window layers in one cache, by CacheConfig::layer_types
 /// (Mistral, Gemma 2/3, Qwen2 with mixed layer types).
-class HybridCache : public CacheBase {
+class HybridCache : public Cache {
  public:
-  explicit HybridCache(CacheConfig config) : CacheBase(std::move(config)) {}
+  explicit HybridCache(CacheConfig config) : Cache(std::move(config)) {}
 };
 
 }  // namespace statickv

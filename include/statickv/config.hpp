@@ -101,21 +101,24 @@ struct CacheConfig {
     return std::find(layer_types.begin(), layer_types.end(), type) != layer_types.end();
   }
 
-  /// The largest number of query tokens a step may carry.
-  int64_t chunk_limit() const {
+  /// max_chunk with its default resolved: the largest number of query
+  /// tokens a step may carry.
+  int64_t effective_max_chunk() const {
     if (max_chunk > 0) return max_chunk;
     return has_type(LayerType::kSliding) ? std::min(sliding_window, max_len) : max_len;
   }
+  /// The name effective_max_chunk() had before 0.2; kept for existing callers.
+  int64_t chunk_limit() const { return effective_max_chunk(); }
 
   /// Slots of a sliding ring. Note [ring capacity]: a chunk of c tokens
   /// starting at position p0 needs the window-1 positions before p0 (for its
   /// first query) and its own c tokens resident at once, so the ring holds
-  /// sliding_window + chunk_limit() - 1 slots. No position reaches max_len, so
+  /// sliding_window + effective_max_chunk() - 1 slots. No position reaches max_len, so
   /// a ring never needs more than max_len slots (it then never wraps).
   /// (The window is clamped to max_len first: same result, no overflow for a
   /// huge sliding_window.)
   int64_t sliding_capacity() const {
-    return std::min(std::min(sliding_window, max_len) + chunk_limit() - 1, max_len);
+    return std::min(std::min(sliding_window, max_len) + effective_max_chunk() - 1, max_len);
   }
 
   /// Throws c10::Error naming the first field that makes the config impossible.
@@ -153,43 +156,52 @@ struct CacheConfig {
     TORCH_CHECK(max_len <= (int64_t{1} << 40), "CacheConfig.max_len: expected <= 2^40 but got ",
                 max_len);
     // Note [newest wins] keys are position * q + token with position < max_len
-    // and q <= chunk_limit(): they must fit int64.
-    TORCH_CHECK(chunk_limit() <= INT64_MAX / max_len,
-                "CacheConfig.max_chunk: expected max_len * max_chunk < 2^63 but got max_len=",
-                max_len, " and max_chunk=", chunk_limit(), max_chunk == 0 ? " (the default)" : "");
-    check_total_bytes();
-  }
-
- private:
-  // Every size computed from the config (elements per buffer, bytes in all,
-  // what estimate_memory_bytes() returns) must fit int64: a config whose
-  // total overflows is rejected here rather than wrapping around. Bounds each
-  // layer's bookkeeping (slot positions, row offsets: 16 bytes per row, head
-  // and slot at most) together with its keys and values.
-  void check_total_bytes() const {
+    // and q <= effective_max_chunk(): they must fit int64.
+    TORCH_CHECK(
+        effective_max_chunk() <= INT64_MAX / max_len,
+        "CacheConfig.max_chunk: expected max_len * max_chunk < 2^63 but got max_len=", max_len,
+        " and max_chunk=", effective_max_chunk(), max_chunk == 0 ? " (the default)" : "");
+    bool overflow = false;
+    owned_bytes(&overflow);
     const int64_t element = static_cast<int64_t>(c10::elementSize(dtype));
-    const int64_t sliding = static_cast<int64_t>(
-        std::count(layer_types.begin(), layer_types.end(), LayerType::kSliding));
-    int64_t total = 0;     // seq_lengths
-    int64_t per_slot = 0;  // bytes per row, head and slot
-    bool overflow = c10::mul_overflows(int64_t{8}, max_batch, &total) ||
-                    c10::mul_overflows(2 * element, head_dim, &per_slot) ||
-                    c10::add_overflows(per_slot, int64_t{16}, &per_slot);
-    const std::pair<int64_t, int64_t> kinds[] = {
-        {num_layers - sliding, max_len + 1},
-        {sliding, sliding > 0 ? sliding_capacity() + 1 : 0}};  // {layers, slots}
-    for (const auto& [layers, slots] : kinds) {
-      int64_t bytes = per_slot;
-      overflow = overflow || c10::mul_overflows(bytes, max_batch, &bytes) ||
-                 c10::mul_overflows(bytes, num_kv_heads, &bytes) ||
-                 c10::mul_overflows(bytes, slots, &bytes) ||
-                 c10::mul_overflows(bytes, layers, &bytes) ||
-                 c10::add_overflows(total, bytes, &total);
-    }
     TORCH_CHECK(!overflow, "CacheConfig: expected < 2^63 bytes of buffers in total but got ",
                 num_layers, " layers of max_batch=", max_batch, " x num_kv_heads=", num_kv_heads,
                 " x slots (max_len=", max_len, ") x head_dim=", head_dim, " x ", element,
                 " bytes, twice, which overflows");
+  }
+
+  /// Bytes a cache built from this config owns, computed without allocating
+  /// (the one place they are computed: validate() rejects a config whose
+  /// total overflows int64, estimate_memory_bytes() returns it). Per layer
+  /// type present: keys and values [max_batch, kv_heads, slots, head_dim],
+  /// slot_positions [max_batch, slots] and row offsets [max_batch, kv_heads]
+  /// (int64), with slots = capacity + 1 (the scratch slot); plus
+  /// seq_lengths [max_batch]. On overflow sets *overflow and returns 0.
+  int64_t owned_bytes(bool* overflow) const {
+    const int64_t element = static_cast<int64_t>(c10::elementSize(dtype));
+    const int64_t sliding = static_cast<int64_t>(
+        std::count(layer_types.begin(), layer_types.end(), LayerType::kSliding));
+    const std::pair<int64_t, int64_t> kinds[] = {
+        {num_layers - sliding, max_len + 1},
+        {sliding, sliding > 0 ? sliding_capacity() + 1 : 0}};  // {layers, slots}
+    int64_t total = 0;
+    bool bad = c10::mul_overflows(int64_t{8}, max_batch, &total);  // seq_lengths
+    for (const auto& [layers, slots] : kinds) {
+      if (layers == 0) continue;
+      int64_t kv = 2 * element;  // keys and values
+      int64_t book = 8;          // slot_positions
+      int64_t offsets = 8;       // row offsets
+      bad = bad || c10::mul_overflows(kv, head_dim, &kv) || c10::mul_overflows(kv, slots, &kv) ||
+            c10::mul_overflows(kv, num_kv_heads, &kv) || c10::mul_overflows(kv, max_batch, &kv) ||
+            c10::mul_overflows(kv, layers, &kv) || c10::mul_overflows(book, slots, &book) ||
+            c10::mul_overflows(book, max_batch, &book) ||
+            c10::mul_overflows(offsets, num_kv_heads, &offsets) ||
+            c10::mul_overflows(offsets, max_batch, &offsets) ||
+            c10::add_overflows(total, kv, &total) || c10::add_overflows(total, book, &total) ||
+            c10::add_overflows(total, offsets, &total);
+    }
+    *overflow = bad;
+    return bad ? 0 : total;
   }
 };
 

@@ -1,6 +1,6 @@
 #pragma once
 // Mask helpers for attention kernels that take something other than the bool
-// masks a Step produces. Step masks are bool, true = attend, shaped
+// masks a StepPlan produces. StepPlan masks are bool, true = attend, shaped
 // [batch, 1, q, kv] (the convention of scaled_dot_product_attention). These
 // helpers fold in a user's own padding and convert to the additive form; all
 // are plain device ops on static shapes, safe inside a captured step.

@@ -1,9 +1,9 @@
 #pragma once
-// Step: the plan of one forward pass, made once by Cache::prepare().
+// StepPlan: the plan of one forward pass, made once by Cache::prepare().
 //
 // prepare() turns the step's positions into write slots and attention masks
 // on the device, once per layer type; update() then only writes through
-// those slots and returns views. A Step is tied to the cache that made it and
+// those slots and returns views. A StepPlan is tied to the cache that made it and
 // to that cache's state at the time: any later prepare(), reset or row
 // operation makes it stale, and update() refuses a stale step rather than
 // writing through slots that no longer match the bookkeeping.
@@ -18,7 +18,7 @@
 
 namespace statickv {
 
-class CacheBase;
+class Cache;
 
 /// Views of one layer's buffers for the live batch; they share storage with
 /// the cache (no copy).
@@ -27,7 +27,7 @@ struct KV {
   at::Tensor values;  // [live_batch, kv_heads, view_len, head_dim]
 };
 
-class Step {
+class StepPlan {
  public:
   /// Bool attention mask (true = attend) aligned with the views update()
   /// returns for `layer`: [live_batch, 1, q, view_len(layer)].
@@ -59,10 +59,10 @@ class Step {
   bool per_row() const { return per_row_; }
 
  private:
-  friend class CacheBase;
+  friend class Cache;
 
   // Everything one layer type needs for this step.
-  struct Group {
+  struct GroupPlan {
     at::Tensor slots;       // [q] or [live_batch, q], int64
     at::Tensor flat_index;  // [live_batch * kv_heads * q] into a [-1, head_dim] view (per_row)
     at::Tensor mask;        // [live_batch, 1, q, view_len], bool
@@ -70,19 +70,19 @@ class Step {
     int64_t view_len = 0;
   };
 
-  const Group& group(int64_t layer) const {
+  const GroupPlan& group(int64_t layer) const {
     TORCH_CHECK(layer_group_ != nullptr,
-                "step: expected a Step made by prepare() but got a default-constructed one");
+                "step: expected a StepPlan made by prepare() but got a default-constructed one");
     TORCH_CHECK(layer >= 0 && layer < static_cast<int64_t>(layer_group_->size()),
                 "layer: expected an index in [0, ", layer_group_->size(), ") but got ", layer);
     return groups_[static_cast<size_t>((*layer_group_)[static_cast<size_t>(layer)])];
   }
 
-  std::vector<Group> groups_;
-  // Shared with the cache, so a Step that outlives its cache still answers
+  std::vector<GroupPlan> groups_;
+  // Shared with the cache, so a StepPlan that outlives its cache still answers
   // mask() and write_slots() instead of reading freed memory.
   std::shared_ptr<const std::vector<int64_t>> layer_group_;
-  const CacheBase* owner_ = nullptr;
+  const Cache* owner_ = nullptr;
   uint64_t generation_ = 0;
   at::Tensor positions_;
   int64_t live_batch_ = 0;
@@ -90,5 +90,8 @@ class Step {
   int64_t attend_len_ = 0;
   bool per_row_ = false;
 };
+
+/// The name StepPlan had before 0.2; kept so existing code compiles.
+using Step = StepPlan;
 
 }  // namespace statickv

@@ -4,10 +4,10 @@
 // kVersion disagrees with them.
 
 #define STATICKV_VERSION_MAJOR 0
-#define STATICKV_VERSION_MINOR 1
+#define STATICKV_VERSION_MINOR 2
 #define STATICKV_VERSION_PATCH 0
 
 namespace statickv {
 /// Library version, "major.minor.patch".
-inline constexpr const char* kVersion = "0.1.0";
+inline constexpr const char* kVersion = "0.2.0";
 }  // namespace statickv

@@ -75,7 +75,7 @@ struct Generator::State {
   int64_t max_batch;
   int64_t max_len;
   int64_t chunk;  // most prompt tokens per prefill pass
-  std::unique_ptr<CacheBase> cache;
+  std::unique_ptr<Cache> cache;
   std::unique_ptr<CacheBackend> cache_backend;
   std::unique_ptr<GraphRunner> prefill_runner, decode_runner;
 };
@@ -103,7 +103,7 @@ Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t m
   } else {
     s.cache = std::make_unique<HybridCache>(cache_config);
   }
-  s.chunk = std::min(s.chunk, s.cache->config().chunk_limit());
+  s.chunk = std::min(s.chunk, s.cache->config().effective_max_chunk());
   s.cache_backend = std::make_unique<CacheBackend>(*s.cache, s.options.kernel);
   if (!s.options.bucketed) return;
 
@@ -119,9 +119,9 @@ Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t m
               " (the prefill chunk) but got ", prompt_buckets.max());
   // A full chunk pads to round_up(chunk): the cache must take that many.
   const int64_t padded_chunk = prompt_buckets.round_up(s.chunk, "prompt_buckets");
-  TORCH_CHECK(padded_chunk <= s.cache->config().chunk_limit(),
+  TORCH_CHECK(padded_chunk <= s.cache->config().effective_max_chunk(),
               "prompt_buckets: expected the bucket serving a full chunk of ", s.chunk,
-              " tokens to be <= ", s.cache->config().chunk_limit(),
+              " tokens to be <= ", s.cache->config().effective_max_chunk(),
               " (the cache's max_chunk) but got ", padded_chunk);
   TORCH_CHECK(attend_buckets.max() == max_len, "attend_buckets: expected a largest bucket of ",
               max_len, " (max_len) but got ", attend_buckets.max());

@@ -180,7 +180,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& position
 
 void CacheBackend::begin(const at::Tensor& positions, int64_t attend_len) {
   check_tokens("CacheBackend.positions", positions);
-  step_ = std::make_unique<Step>(cache_.prepare(positions, positions.size(0), attend_len));
+  step_ = std::make_unique<StepPlan>(cache_.prepare(positions, positions.size(0), attend_len));
 }
 
 at::Tensor CacheBackend::attend(int64_t layer, const at::Tensor& query, const at::Tensor& key,

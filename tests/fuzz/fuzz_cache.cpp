@@ -148,7 +148,7 @@ class Session {
     const Snapshot before(cache_);
     const int64_t b = max_batch();
     const int64_t layers = cache_.num_layers();
-    const int64_t chunk = cache_.config().chunk_limit();
+    const int64_t chunk = cache_.config().effective_max_chunk();
     const at::Tensor kv = at::zeros({b, cache_.config().num_kv_heads, 1, cache_.config().head_dim});
     const at::Tensor pos = at::zeros({1}, at::kLong);
     const int64_t kind = in_.range(0, 15);
@@ -258,7 +258,7 @@ class Session {
   void step(bool chaos) {
     const CacheConfig& c = cache_.config();
     const int64_t b = in_.range(1, max_batch());
-    const int64_t q = in_.range(1, std::min<int64_t>(c.chunk_limit(), 6));
+    const int64_t q = in_.range(1, std::min<int64_t>(c.effective_max_chunk(), 6));
     const bool shared = in_.flip();
     const int64_t rows = shared ? 1 : b;
     std::vector<int64_t> pos(static_cast<size_t>(rows * q), -1);
@@ -310,7 +310,7 @@ class Session {
         shared ? at::tensor(pos, at::kLong) : at::tensor(pos, at::kLong).view({b, q});
 
     const Snapshot before(cache_);
-    std::optional<Step> planned;
+    std::optional<StepPlan> planned;
     try {
       planned.emplace(cache_.prepare(positions, b, attend));
     } catch (const c10::Error& e) {
@@ -327,7 +327,7 @@ class Session {
     }
     FUZZ_CHECK(!host_checked() || valid_on_host(pos, rows, q, attend),
                "host-checked prepare accepted a position it must refuse");
-    const Step& s = *planned;
+    const StepPlan& s = *planned;
     for (int64_t l = 0; l < c.num_layers; ++l) check_write_slots(l, s, pos, rows, q);
 
     // Which rows the model can still vouch for after this step.
@@ -346,7 +346,7 @@ class Session {
             hi = std::max(hi, p);
           }
         }
-        if (hi >= 0 && hi - lo >= c.chunk_limit()) {
+        if (hi >= 0 && hi - lo >= c.effective_max_chunk()) {
           for (int64_t i = 0; i < b; ++i) {
             if (shared || i == r) model_.rows[static_cast<size_t>(i)].poisoned = true;
           }
@@ -378,7 +378,7 @@ class Session {
   // slot but the scratch one is written twice in a row (Note [newest wins]:
   // duplicate indices would race on a GPU); the token that keeps a slot has
   // the newest position, ties going to the later column.
-  void check_write_slots(int64_t layer, const Step& s, const std::vector<int64_t>& pos,
+  void check_write_slots(int64_t layer, const StepPlan& s, const std::vector<int64_t>& pos,
                          int64_t rows, int64_t q) {
     const int64_t scratch = cache_.capacity(layer);
     const auto& policy = cache_.layer(layer);
@@ -424,7 +424,7 @@ class Session {
         lo = std::min(lo, p);
         hi = std::max(hi, p);
       }
-      if (has_ring() && hi >= 0 && hi - lo >= c.chunk_limit()) return false;
+      if (has_ring() && hi >= 0 && hi - lo >= c.effective_max_chunk()) return false;
     }
     return true;
   }
@@ -482,7 +482,7 @@ class Session {
   std::mt19937 rng_;
   std::vector<const void*> addresses_;  // every buffer's, at construction
   int64_t group_ = 1;                   // query heads per kv head
-  std::optional<Step> last_step_;       // the latest step made
+  std::optional<StepPlan> last_step_;   // the latest step made
   bool stale_ = true;                   // a row operation came after it
 };
 

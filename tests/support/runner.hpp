@@ -27,10 +27,9 @@ inline std::vector<InputSpec> attention_step_inputs(const AttentionStepShape& s,
 }
 
 /// Runs one step over `cache` with token-major inputs; returns [B, Q, heads, head_dim].
-inline at::Tensor attention_step(CacheBase& cache, const at::Tensor& positions,
-                                 const at::Tensor& kv, const at::Tensor& query,
-                                 int64_t attend_len = -1) {
-  Step step = cache.prepare(positions, positions.size(0), attend_len);
+inline at::Tensor attention_step(Cache& cache, const at::Tensor& positions, const at::Tensor& kv,
+                                 const at::Tensor& query, int64_t attend_len = -1) {
+  StepPlan step = cache.prepare(positions, positions.size(0), attend_len);
   const at::Tensor k = kv.permute({0, 2, 1, 3});  // [B, H, Q, D]
   const at::Tensor q = query.permute({0, 2, 1, 3});
   at::Tensor out;
@@ -41,7 +40,7 @@ inline at::Tensor attention_step(CacheBase& cache, const at::Tensor& positions,
   return out.permute({0, 2, 1, 3});
 }
 
-inline GraphRunner::StepFn attention_step_fn(CacheBase& cache) {
+inline GraphRunner::StepFn attention_step_fn(Cache& cache) {
   return [&cache](const std::vector<at::Tensor>& in, const GraphKey& key) {
     return std::vector<at::Tensor>{attention_step(cache, in[0], in[1], in[2], key.attend_len)};
   };

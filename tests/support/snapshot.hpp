@@ -29,7 +29,7 @@ struct Snapshot {
   std::vector<at::Tensor> keys, values, slot_positions;
   at::Tensor seq_lengths;
 
-  explicit Snapshot(const CacheBase& cache) {
+  explicit Snapshot(const Cache& cache) {
     for (int64_t l = 0; l < cache.num_layers(); ++l) {
       keys.push_back(cache.keys(l).clone());
       values.push_back(cache.values(l).clone());
@@ -47,7 +47,7 @@ struct Snapshot {
   bool operator!=(const Snapshot& other) const { return !(*this == other); }
 
   /// True when `cache` holds exactly what it held when this was taken.
-  bool same_as(const CacheBase& cache) const { return *this == Snapshot(cache); }
+  bool same_as(const Cache& cache) const { return *this == Snapshot(cache); }
 
  private:
   static bool all_identical(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
@@ -60,7 +60,7 @@ struct Snapshot {
 };
 
 /// Data pointers of every buffer a cache owns that a user can see.
-inline std::vector<const void*> addresses(const CacheBase& cache) {
+inline std::vector<const void*> addresses(const Cache& cache) {
   std::vector<const void*> out;
   for (int64_t l = 0; l < cache.num_layers(); ++l) {
     out.push_back(cache.keys(l).data_ptr());

@@ -85,16 +85,16 @@ class LlamaModel {
 /// Attention through a StaticCache or HybridCache: one prepare() per pass.
 class CacheBackend final : public AttentionBackend {
  public:
-  CacheBackend(CacheBase& cache, AttentionKernel kernel = AttentionKernel::kSdpa)
+  CacheBackend(Cache& cache, AttentionKernel kernel = AttentionKernel::kSdpa)
       : cache_(cache), kernel_(kernel) {}
   void begin(const at::Tensor& positions, int64_t attend_len) override;
   at::Tensor attend(int64_t layer, const at::Tensor& query, const at::Tensor& key,
                     const at::Tensor& value) override;
 
  private:
-  CacheBase& cache_;
+  Cache& cache_;
   AttentionKernel kernel_;
-  std::unique_ptr<Step> step_;
+  std::unique_ptr<StepPlan> step_;
 };
 
 /// The DynamicCache baseline: every pass concatenates its keys, values and
