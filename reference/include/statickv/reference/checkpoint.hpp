@@ -28,6 +28,33 @@ using Weights = std::map<std::string, at::Tensor>;
 /// [layer types per model type] (checkpoint.cpp; table in docs/checkpoints.md).
 ModelConfig load_config(const std::string& config_json_path);
 
+/// The parameter-name table (reference/checkpoint/parameters.cpp): the one
+/// place Hugging Face's Llama parameter names are spelled; the loader and
+/// the model both read names from here.
+enum class LayerParam {
+  kInputNorm,
+  kQProj,
+  kKProj,
+  kVProj,
+  kQBias,
+  kKBias,
+  kVBias,
+  kOProj,
+  kOBias,
+  kPostNorm,
+  kGateProj,
+  kUpProj,
+  kDownProj,
+};
+inline constexpr const char* kEmbedTokens = "model.embed_tokens.weight";
+inline constexpr const char* kFinalNorm = "model.norm.weight";
+inline constexpr const char* kLmHead = "lm_head.weight";
+/// "model.layers.<layer>.self_attn.q_proj.weight" and so on.
+std::string parameter_name(int64_t layer, LayerParam param);
+/// The parameters of one decoder layer of `config`, with their shapes.
+std::vector<std::pair<LayerParam, std::vector<int64_t>>> layer_parameters(
+    const ModelConfig& config);
+
 /// Every parameter the model needs, with its shape, in a stable order.
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_parameters(
     const ModelConfig& config);

@@ -4,11 +4,12 @@
 //
 // Token embedding, RMSNorm, rotary embeddings in Hugging Face's rotate_half
 // convention, grouped-query attention, SwiGLU MLP, final norm, LM head (tied
-// or not). Attention goes through an AttentionBackend, so one forward serves
-// StaticCache/HybridCache, the DynamicCache baseline and the no-cache full
-// forward alike.
+// or not). Attention goes through an AttentionBackend (backends.hpp), so one
+// forward serves StaticCache/HybridCache, the DynamicCache baseline and the
+// no-cache full forward alike.
 
 #include <statickv/cache.hpp>
+#include <statickv/reference/backends.hpp>
 #include <statickv/reference/checkpoint.hpp>
 #include <statickv/reference/model_config.hpp>
 
@@ -18,23 +19,6 @@
 #include <vector>
 
 namespace statickv::reference {
-
-/// Where a forward pass keeps and reads keys and values.
-class AttentionBackend {
- public:
-  virtual ~AttentionBackend() = default;
-  /// Starts a forward pass over positions [b, q] (negative = padding) of
-  /// rows 0..b-1. `attend_len`: one past the highest position any row may
-  /// attend to in this pass (a hint; backends may ignore it).
-  virtual void begin(const at::Tensor& positions, int64_t attend_len) = 0;
-  /// Stores this pass's keys/values of `layer` and returns attention output
-  /// [b, heads, q, head_dim] for queries [b, heads, q, head_dim].
-  virtual at::Tensor attend(int64_t layer, const at::Tensor& query, const at::Tensor& key,
-                            const at::Tensor& value) = 0;
-};
-
-/// Which attention kernel a backend uses.
-enum class AttentionKernel { kSdpa, kReference };
 
 /// Which tokens a forward pass computes logits for.
 enum class Logits {
@@ -80,45 +64,6 @@ class LlamaModel {
   at::Tensor inv_freq_;  // [head_dim / 2], float32
   at::ScalarType dtype_;
   at::Device device_;
-};
-
-/// Attention through a StaticCache or HybridCache: one prepare() per pass.
-class CacheBackend final : public AttentionBackend {
- public:
-  CacheBackend(Cache& cache, AttentionKernel kernel = AttentionKernel::kSdpa)
-      : cache_(cache), kernel_(kernel) {}
-  void begin(const at::Tensor& positions, int64_t attend_len) override;
-  at::Tensor attend(int64_t layer, const at::Tensor& query, const at::Tensor& key,
-                    const at::Tensor& value) override;
-
- private:
-  Cache& cache_;
-  AttentionKernel kernel_;
-  std::unique_ptr<StepPlan> step_;
-};
-
-/// The DynamicCache baseline: every pass concatenates its keys, values and
-/// positions onto the past (torch::cat, like Hugging Face's DynamicCache),
-/// so memory and addresses change every step. A fresh one fed a whole
-/// sequence in one pass is the no-cache full forward.
-class DynamicCache final : public AttentionBackend {
- public:
-  DynamicCache(const ModelConfig& config, AttentionKernel kernel = AttentionKernel::kSdpa);
-  void begin(const at::Tensor& positions, int64_t attend_len) override;
-  at::Tensor attend(int64_t layer, const at::Tensor& query, const at::Tensor& key,
-                    const at::Tensor& value) override;
-  /// Bytes currently held.
-  int64_t memory_bytes() const;
-  void reset();
-
- private:
-  std::vector<int64_t> windows_;  // per layer, 0 = full
-  int64_t sliding_window_ = 0;
-  AttentionKernel kernel_;
-  at::Tensor full_mask_, sliding_mask_;    // [b, 1, q, T] of the current pass
-  std::vector<at::Tensor> keys_, values_;  // per layer [b, kv_heads, T, head_dim]
-  at::Tensor positions_;                   // [b, T], -1 = padding
-  at::Tensor step_positions_;              // [b, q] of the current pass
 };
 
 }  // namespace statickv::reference

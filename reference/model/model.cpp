@@ -1,6 +1,5 @@
 // The reference Llama-family decoder and its attention backends.
 
-#include <statickv/attention.hpp>
 #include <statickv/checks.hpp>
 #include <statickv/reference/model.hpp>
 
@@ -47,18 +46,6 @@ at::Tensor inverse_frequencies(const RopeConfig& rope, int64_t head_dim) {
   return inv;
 }
 
-at::Tensor run_kernel(AttentionKernel kernel, const at::Tensor& q, const at::Tensor& k,
-                      const at::Tensor& v, const at::Tensor& mask) {
-  return kernel == AttentionKernel::kSdpa ? sdpa_attention(q, k, v, mask)
-                                          : reference_attention(q, k, v, mask);
-}
-
-/// ids or positions: int64 [b, q].
-void check_tokens(const char* name, const at::Tensor& t) {
-  detail::check_rank(name, t, 2, "int64 [b, q]");
-  detail::check_dtype(name, t, at::kLong);
-}
-
 }  // namespace
 
 LlamaModel::LlamaModel(ModelConfig config, Weights weights)
@@ -70,7 +57,7 @@ LlamaModel::LlamaModel(ModelConfig config, Weights weights)
     TORCH_CHECK(it->second.sizes() == at::IntArrayRef(shape), "weights[", name,
                 "]: expected shape ", at::IntArrayRef(shape), " but got ", it->second.sizes());
   }
-  embed_ = weights_.at("model.embed_tokens.weight");
+  embed_ = weights_.at(kEmbedTokens);
   dtype_ = embed_.scalar_type();
   device_ = embed_.device();
   for (const auto& [name, tensor] : weights_) {
@@ -78,29 +65,31 @@ LlamaModel::LlamaModel(ModelConfig config, Weights weights)
                 "]: expected ", dtype_, " on ", device_, " like the embedding but got ",
                 tensor.scalar_type(), " on ", tensor.device());
   }
-  auto get = [&](const std::string& name) { return weights_.at(name); };
+  auto get = [&](int64_t layer, LayerParam param) {
+    return weights_.at(parameter_name(layer, param));
+  };
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
+    using P = LayerParam;
     Layer layer;
-    layer.input_norm = get(p + "input_layernorm.weight");
-    layer.post_norm = get(p + "post_attention_layernorm.weight");
-    layer.q_proj = get(p + "self_attn.q_proj.weight");
-    layer.k_proj = get(p + "self_attn.k_proj.weight");
-    layer.v_proj = get(p + "self_attn.v_proj.weight");
-    layer.o_proj = get(p + "self_attn.o_proj.weight");
+    layer.input_norm = get(i, P::kInputNorm);
+    layer.post_norm = get(i, P::kPostNorm);
+    layer.q_proj = get(i, P::kQProj);
+    layer.k_proj = get(i, P::kKProj);
+    layer.v_proj = get(i, P::kVProj);
+    layer.o_proj = get(i, P::kOProj);
     if (config_.attention_bias) {
-      layer.q_bias = get(p + "self_attn.q_proj.bias");
-      layer.k_bias = get(p + "self_attn.k_proj.bias");
-      layer.v_bias = get(p + "self_attn.v_proj.bias");
+      layer.q_bias = get(i, P::kQBias);
+      layer.k_bias = get(i, P::kKBias);
+      layer.v_bias = get(i, P::kVBias);
     }
-    if (config_.o_proj_bias) layer.o_bias = get(p + "self_attn.o_proj.bias");
-    layer.gate_proj = get(p + "mlp.gate_proj.weight");
-    layer.up_proj = get(p + "mlp.up_proj.weight");
-    layer.down_proj = get(p + "mlp.down_proj.weight");
+    if (config_.o_proj_bias) layer.o_bias = get(i, P::kOBias);
+    layer.gate_proj = get(i, P::kGateProj);
+    layer.up_proj = get(i, P::kUpProj);
+    layer.down_proj = get(i, P::kDownProj);
     layers_.push_back(std::move(layer));
   }
-  final_norm_ = get("model.norm.weight");
-  lm_head_ = config_.tie_word_embeddings ? embed_ : get("lm_head.weight");
+  final_norm_ = weights_.at(kFinalNorm);
+  lm_head_ = config_.tie_word_embeddings ? embed_ : weights_.at(kLmHead);
   inv_freq_ = inverse_frequencies(config_.rope, config_.head_dim).to(device_);
 }
 
@@ -176,76 +165,6 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& position
     x = x.gather(1, last).squeeze(1);  // [b, hidden]
   }
   return project(rms_norm(x, final_norm_), lm_head_).to(at::kFloat);
-}
-
-void CacheBackend::begin(const at::Tensor& positions, int64_t attend_len) {
-  check_tokens("CacheBackend.positions", positions);
-  step_ = std::make_unique<StepPlan>(cache_.prepare(positions, positions.size(0), attend_len));
-}
-
-at::Tensor CacheBackend::attend(int64_t layer, const at::Tensor& query, const at::Tensor& key,
-                                const at::Tensor& value) {
-  TORCH_CHECK(step_ != nullptr, "CacheBackend: expected begin() before attend()");
-  const KV kv = cache_.update(layer, key, value, *step_);
-  // The fused kernel takes the additive mask, made once per layer type per
-  // step; the reference kernel takes the bool one.
-  return run_kernel(
-      kernel_, query, kv.keys, kv.values,
-      kernel_ == AttentionKernel::kSdpa ? step_->additive_mask(layer) : step_->mask(layer));
-}
-
-DynamicCache::DynamicCache(const ModelConfig& config, AttentionKernel kernel)
-    : sliding_window_(config.has_sliding() ? config.sliding_window : 0), kernel_(kernel) {
-  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    windows_.push_back(config.layer_type(l) == LayerType::kSliding ? config.sliding_window : 0);
-  }
-  keys_.resize(windows_.size());
-  values_.resize(windows_.size());
-}
-
-void DynamicCache::begin(const at::Tensor& positions, int64_t /*attend_len*/) {
-  check_tokens("DynamicCache.positions", positions);
-  TORCH_CHECK(!positions_.defined() || positions_.size(0) == positions.size(0),
-              "DynamicCache.positions: expected ", positions_.defined() ? positions_.size(0) : 0,
-              " rows (fixed for the cache's life) but got ", positions.size(0));
-  step_positions_ = positions;
-  positions_ = positions_.defined() ? at::cat({positions_, positions}, 1) : positions;
-  // One mask per window per pass, as Hugging Face builds them.
-  const at::Tensor kpos = positions_.unsqueeze(1);       // [b, 1, T]
-  const at::Tensor qpos = step_positions_.unsqueeze(2);  // [b, q, 1]
-  full_mask_ = kpos.le(qpos).logical_and_(kpos.ge(0)).logical_and_(qpos.ge(0)).unsqueeze(1);
-  if (sliding_window_ > 0) {
-    sliding_mask_ = full_mask_.logical_and(qpos.sub(kpos).lt(sliding_window_).unsqueeze(1));
-  }
-}
-
-at::Tensor DynamicCache::attend(int64_t layer, const at::Tensor& query, const at::Tensor& key,
-                                const at::Tensor& value) {
-  TORCH_CHECK(layer >= 0 && layer < static_cast<int64_t>(windows_.size()),
-              "layer: expected an index in [0, ", windows_.size(), ") but got ", layer);
-  TORCH_CHECK(step_positions_.defined(), "DynamicCache: expected begin() before attend()");
-  at::Tensor& k = keys_[static_cast<size_t>(layer)];
-  at::Tensor& v = values_[static_cast<size_t>(layer)];
-  k = k.defined() ? at::cat({k, key}, 2) : key.contiguous();
-  v = v.defined() ? at::cat({v, value}, 2) : value.contiguous();
-  const bool sliding = windows_[static_cast<size_t>(layer)] > 0;
-  return run_kernel(kernel_, query, k, v, sliding ? sliding_mask_ : full_mask_);
-}
-
-int64_t DynamicCache::memory_bytes() const {
-  int64_t total = positions_.defined() ? positions_.nbytes() : 0;
-  for (const auto& t : keys_) total += t.defined() ? t.nbytes() : 0;
-  for (const auto& t : values_) total += t.defined() ? t.nbytes() : 0;
-  return total;
-}
-
-void DynamicCache::reset() {
-  for (auto& t : keys_) t = at::Tensor();
-  for (auto& t : values_) t = at::Tensor();
-  positions_ = at::Tensor();
-  step_positions_ = at::Tensor();
-  full_mask_ = at::Tensor();
-  sliding_mask_ = at::Tensor();
 }
 
 }  // namespace statickv::reference

@@ -1,0 +1,116 @@
+// Named shapes (tests, benchmarks, the demo) and seeded random weights.
+
+#include "json_fields.hpp"
+
+#include <statickv/reference/checkpoint.hpp>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
+
+#include <string>
+#include <vector>
+
+namespace statickv::reference {
+
+namespace {
+
+using detail::join;
+
+ModelConfig tiny() {
+  ModelConfig c;
+  c.model_type = "llama";
+  c.vocab_size = 128;
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.max_position_embeddings = 256;
+  c.rope.type = "default";
+  c.rope.theta = 10000.0;
+  return c;
+}
+
+ModelConfig llama3(int64_t hidden, int64_t intermediate, int64_t layers, int64_t head_dim,
+                   double factor, bool tied) {
+  ModelConfig c;
+  c.model_type = "llama";
+  c.vocab_size = 128256;
+  c.hidden_size = hidden;
+  c.intermediate_size = intermediate;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = 32;
+  c.num_key_value_heads = 8;
+  c.head_dim = head_dim;
+  c.max_position_embeddings = 131072;
+  c.rms_norm_eps = 1e-5;
+  c.rope.type = "llama3";
+  c.rope.theta = 500000.0;
+  c.rope.factor = factor;
+  c.rope.low_freq_factor = 1.0;
+  c.rope.high_freq_factor = 4.0;
+  c.rope.original_max_position_embeddings = 8192;
+  c.tie_word_embeddings = tied;
+  c.eos_token_ids = {128001, 128008, 128009};
+  c.bos_token_id = 128000;
+  return c;
+}
+
+}  // namespace
+
+ModelConfig named_config(const std::string& name) {
+  ModelConfig config;
+  if (name == "tiny") {
+    config = tiny();
+  } else if (name == "tiny-mistral") {
+    config = tiny();
+    config.model_type = "mistral";
+    config.layer_types = all_sliding(config.num_hidden_layers);
+    config.sliding_window = 8;
+  } else if (name == "tiny-qwen2") {
+    config = tiny();
+    config.model_type = "qwen2";
+    config.attention_bias = true;
+    config.num_hidden_layers = 4;
+    config.layer_types = {LayerType::kFull, LayerType::kFull, LayerType::kSliding,
+                          LayerType::kSliding};
+    config.sliding_window = 8;
+  } else if (name == "llama-3.2-1b") {
+    config = llama3(/*hidden=*/2048, /*intermediate=*/8192, /*layers=*/16, /*head_dim=*/64,
+                    /*factor=*/32.0, /*tied=*/true);
+  } else if (name == "llama-3.1-8b") {
+    config = llama3(/*hidden=*/4096, /*intermediate=*/14336, /*layers=*/32, /*head_dim=*/128,
+                    /*factor=*/8.0, /*tied=*/false);
+  } else {
+    TORCH_CHECK(false, "named_config: expected one of ", join(named_config_names()), " but got \"",
+                name, "\"");
+  }
+  config.validate();
+  return config;
+}
+
+std::vector<std::string> named_config_names() {
+  return {"tiny", "tiny-mistral", "tiny-qwen2", "llama-3.2-1b", "llama-3.1-8b"};
+}
+
+Weights random_weights(const ModelConfig& config, uint64_t seed, at::ScalarType dtype,
+                       at::Device device) {
+  TORCH_CHECK(at::isFloatingType(dtype), "dtype: expected a floating dtype but got ", dtype);
+  const auto params = expected_parameters(config);
+  // Drawn on the CPU in float32 in a fixed order, so a seed gives the same
+  // weights on every device and in every dtype (up to rounding).
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(at::kCPU);
+  Weights weights;
+  for (const auto& [name, shape] : params) {
+    const bool is_norm =
+        shape.size() == 1 && name.size() >= 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+    at::Tensor tensor =
+        is_norm ? at::ones(shape, f32) : at::empty(shape, f32).normal_(0.0, 0.02, generator);
+    weights[name] = tensor.to(device, dtype);
+  }
+  return weights;
+}
+
+}  // namespace statickv::reference

@@ -1,0 +1,95 @@
+// The attention backends: the cache (one prepare() per pass) and the
+// DynamicCache baseline (torch::cat growth, Hugging Face's DynamicCache).
+
+#include <statickv/attention.hpp>
+#include <statickv/checks.hpp>
+#include <statickv/reference/backends.hpp>
+
+namespace statickv::reference {
+
+namespace {
+
+at::Tensor run_kernel(AttentionKernel kernel, const at::Tensor& q, const at::Tensor& k,
+                      const at::Tensor& v, const at::Tensor& mask) {
+  return kernel == AttentionKernel::kSdpa ? sdpa_attention(q, k, v, mask)
+                                          : reference_attention(q, k, v, mask);
+}
+
+}  // namespace
+
+void check_tokens(const char* name, const at::Tensor& t) {
+  detail::check_rank(name, t, 2, "int64 [b, q]");
+  detail::check_dtype(name, t, at::kLong);
+}
+
+void CacheBackend::begin(const at::Tensor& positions, int64_t attend_len) {
+  check_tokens("CacheBackend.positions", positions);
+  step_ = std::make_unique<StepPlan>(cache_.prepare(positions, positions.size(0), attend_len));
+}
+
+at::Tensor CacheBackend::attend(int64_t layer, const at::Tensor& query, const at::Tensor& key,
+                                const at::Tensor& value) {
+  TORCH_CHECK(step_ != nullptr, "CacheBackend: expected begin() before attend()");
+  const KV kv = cache_.update(layer, key, value, *step_);
+  // The fused kernel takes the additive mask, made once per layer type per
+  // step; the reference kernel takes the bool one.
+  return run_kernel(
+      kernel_, query, kv.keys, kv.values,
+      kernel_ == AttentionKernel::kSdpa ? step_->additive_mask(layer) : step_->mask(layer));
+}
+
+DynamicCache::DynamicCache(const ModelConfig& config, AttentionKernel kernel)
+    : sliding_window_(config.has_sliding() ? config.sliding_window : 0), kernel_(kernel) {
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    windows_.push_back(config.layer_type(l) == LayerType::kSliding ? config.sliding_window : 0);
+  }
+  keys_.resize(windows_.size());
+  values_.resize(windows_.size());
+}
+
+void DynamicCache::begin(const at::Tensor& positions, int64_t /*attend_len*/) {
+  check_tokens("DynamicCache.positions", positions);
+  TORCH_CHECK(!positions_.defined() || positions_.size(0) == positions.size(0),
+              "DynamicCache.positions: expected ", positions_.defined() ? positions_.size(0) : 0,
+              " rows (fixed for the cache's life) but got ", positions.size(0));
+  step_positions_ = positions;
+  positions_ = positions_.defined() ? at::cat({positions_, positions}, 1) : positions;
+  // One mask per window per pass, as Hugging Face builds them.
+  const at::Tensor kpos = positions_.unsqueeze(1);       // [b, 1, T]
+  const at::Tensor qpos = step_positions_.unsqueeze(2);  // [b, q, 1]
+  full_mask_ = kpos.le(qpos).logical_and_(kpos.ge(0)).logical_and_(qpos.ge(0)).unsqueeze(1);
+  if (sliding_window_ > 0) {
+    sliding_mask_ = full_mask_.logical_and(qpos.sub(kpos).lt(sliding_window_).unsqueeze(1));
+  }
+}
+
+at::Tensor DynamicCache::attend(int64_t layer, const at::Tensor& query, const at::Tensor& key,
+                                const at::Tensor& value) {
+  TORCH_CHECK(layer >= 0 && layer < static_cast<int64_t>(windows_.size()),
+              "layer: expected an index in [0, ", windows_.size(), ") but got ", layer);
+  TORCH_CHECK(step_positions_.defined(), "DynamicCache: expected begin() before attend()");
+  at::Tensor& k = keys_[static_cast<size_t>(layer)];
+  at::Tensor& v = values_[static_cast<size_t>(layer)];
+  k = k.defined() ? at::cat({k, key}, 2) : key.contiguous();
+  v = v.defined() ? at::cat({v, value}, 2) : value.contiguous();
+  const bool sliding = windows_[static_cast<size_t>(layer)] > 0;
+  return run_kernel(kernel_, query, k, v, sliding ? sliding_mask_ : full_mask_);
+}
+
+int64_t DynamicCache::memory_bytes() const {
+  int64_t total = positions_.defined() ? positions_.nbytes() : 0;
+  for (const auto& t : keys_) total += t.defined() ? t.nbytes() : 0;
+  for (const auto& t : values_) total += t.defined() ? t.nbytes() : 0;
+  return total;
+}
+
+void DynamicCache::reset() {
+  for (auto& t : keys_) t = at::Tensor();
+  for (auto& t : values_) t = at::Tensor();
+  positions_ = at::Tensor();
+  step_positions_ = at::Tensor();
+  full_mask_ = at::Tensor();
+  sliding_mask_ = at::Tensor();
+}
+
+}  // namespace statickv::reference
