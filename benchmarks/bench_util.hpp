@@ -1,6 +1,7 @@
 #pragma once
 // Shared by the benchmarks: device selection, synchronized timing, robust
-// statistics, the side-by-side measurement loop, flags and JSON output.
+// statistics, the side-by-side measurement loop, flags and JSON output
+// (nlohmann-json, as everywhere in the project).
 //
 // Variants are measured interleaved (round r times variant r, r+1, ... in
 // turn), so a drift of the shared machine's speed hits all of them alike;
@@ -14,6 +15,7 @@
 #include <fmt/core.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
+#include <nlohmann/json.hpp>
 #ifdef STATICKV_HAS_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #endif
@@ -36,145 +38,9 @@ namespace statickv::bench {
 
 using Clock = std::chrono::steady_clock;
 
-/// A JSON value to write results with: null, bool, number, string, array,
-/// or object (keys in insertion order). Write-only and small on purpose, so
-/// the benchmarks need nothing beyond LibTorch and fmt.
-class Json {
- public:
-  Json() = default;
-  Json(bool b) : kind_(Kind::kBool), bool_(b) {}  // NOLINT: implicit, like a literal
-  Json(int v) : Json(static_cast<int64_t>(v)) {}
-  Json(long v) : kind_(Kind::kInt), int_(static_cast<int64_t>(v)) {}
-  Json(long long v) : kind_(Kind::kInt), int_(static_cast<int64_t>(v)) {}
-  Json(unsigned long v) : kind_(Kind::kInt), int_(static_cast<int64_t>(v)) {}
-  Json(unsigned long long v) : kind_(Kind::kInt), int_(static_cast<int64_t>(v)) {}
-  Json(double v) : kind_(Kind::kDouble), double_(v) {}
-  Json(const char* v) : kind_(Kind::kString), string_(v) {}
-  Json(std::string v) : kind_(Kind::kString), string_(std::move(v)) {}
-  Json(const std::vector<int64_t>& v) : kind_(Kind::kArray) {
-    for (int64_t x : v) items_.emplace_back(x);
-  }
-
-  using Member = std::pair<std::string, Json>;
-  static Json object(std::initializer_list<Member> members = {}) {
-    Json j;
-    j.kind_ = Kind::kObject;
-    for (const auto& m : members) j.members_.push_back(m);
-    return j;
-  }
-  static Json array() {
-    Json j;
-    j.kind_ = Kind::kArray;
-    return j;
-  }
-
-  /// Object member (added if missing).
-  Json& operator[](const std::string& key) {
-    if (kind_ == Kind::kNull) kind_ = Kind::kObject;
-    if (kind_ != Kind::kObject) throw std::logic_error("Json: operator[] on a non-object");
-    for (auto& m : members_) {
-      if (m.first == key) return m.second;
-    }
-    members_.emplace_back(key, Json());
-    return members_.back().second;
-  }
-  void push_back(Json value) {
-    if (kind_ == Kind::kNull) kind_ = Kind::kArray;
-    if (kind_ != Kind::kArray) throw std::logic_error("Json: push_back on a non-array");
-    items_.push_back(std::move(value));
-  }
-
-  /// Text; indent < 0: one line.
-  std::string dump(int indent = -1) const {
-    std::string out;
-    write(out, indent, 0);
-    return out;
-  }
-
- private:
-  enum class Kind { kNull, kBool, kInt, kDouble, kString, kArray, kObject };
-
-  static void quote(std::string& out, const std::string& s) {
-    out += '"';
-    for (const char c : s) {
-      switch (c) {
-        case '"':
-          out += "\\\"";
-          break;
-        case '\\':
-          out += "\\\\";
-          break;
-        case '\n':
-          out += "\\n";
-          break;
-        case '\t':
-          out += "\\t";
-          break;
-        default:
-          if (static_cast<unsigned char>(c) < 0x20) {
-            out += fmt::format("\\u{:04x}", static_cast<int>(c));
-          } else {
-            out += c;
-          }
-      }
-    }
-    out += '"';
-  }
-
-  void write(std::string& out, int indent, int depth) const {
-    const bool pretty = indent >= 0;
-    auto newline = [&](int d) {
-      if (pretty) out += "\n" + std::string(static_cast<size_t>(indent * d), ' ');
-    };
-    switch (kind_) {
-      case Kind::kNull:
-        out += "null";
-        break;
-      case Kind::kBool:
-        out += bool_ ? "true" : "false";
-        break;
-      case Kind::kInt:
-        out += std::to_string(int_);
-        break;
-      case Kind::kDouble:
-        out += std::isfinite(double_) ? fmt::format("{}", double_) : "null";
-        break;
-      case Kind::kString:
-        quote(out, string_);
-        break;
-      case Kind::kArray:
-        out += '[';
-        for (size_t i = 0; i < items_.size(); ++i) {
-          if (i > 0) out += ',';
-          newline(depth + 1);
-          items_[i].write(out, indent, depth + 1);
-        }
-        if (!items_.empty()) newline(depth);
-        out += ']';
-        break;
-      case Kind::kObject:
-        out += '{';
-        for (size_t i = 0; i < members_.size(); ++i) {
-          if (i > 0) out += ',';
-          newline(depth + 1);
-          quote(out, members_[i].first);
-          out += pretty ? ": " : ":";
-          members_[i].second.write(out, indent, depth + 1);
-        }
-        if (!members_.empty()) newline(depth);
-        out += '}';
-        break;
-    }
-  }
-
-  Kind kind_ = Kind::kNull;
-  bool bool_ = false;
-  int64_t int_ = 0;
-  double double_ = 0;
-  std::string string_;
-  std::vector<Json> items_;
-  std::vector<Member> members_;
-};
+/// Results are written with the project's one JSON library; ordered_json
+/// keeps members in insertion order, as the reports read them.
+using Json = nlohmann::ordered_json;
 
 /// Waits for queued device work, so a clock read after it measures the work
 /// and not just its launch.

@@ -7,8 +7,9 @@
 #
 # 1. ../shared/tools/device-prep.sh: Debian's fmt and Catch2 unpacked into
 #    .devdeps/, and .devdeps/gpu-build.sh (configure + build into build-gpu/).
-# 2. Debian's nlohmann-json3-dev unpacked there too (the reference decoder,
-#    and so every model benchmark, needs it; see docs/gpu.md).
+# 2. Debian's nlohmann-json3-dev unpacked there too (the reference decoder
+#    and every benchmark, which writes its results with it, need it; see
+#    docs/gpu.md).
 # 3. With --hf-wheels: wheels of transformers and what it imports (pinned to
 #    this checkout's .venv versions, numpy and torch's own dependencies left
 #    out) for the listed Python versions, into .devdeps/wheels, so
@@ -25,7 +26,7 @@ pyvers=""
 while (($#)); do
   case "$1" in
     --hf-wheels) pyvers=$2; shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "prep.sh: unknown flag $1" >&2; exit 2 ;;
   esac
   shift
