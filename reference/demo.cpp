@@ -55,7 +55,8 @@ Options parse(int argc, char** argv) {
             /*min=*/0);
   flags.add("--seed N", &o.seed, "weights, random prompts and sampling", /*min=*/0);
   flags.add("--prefill-chunk N", &o.prefill_chunk,
-            "most prompt tokens per prefill pass (default 0: all the cache takes in one step)",
+            "most prompt tokens per prefill pass, in both runs (default 0: all the static or "
+            "hybrid cache takes in one step)",
             /*min=*/0);
   flags.add_switch("--eager", &o.eager,
                    "run static/hybrid steps at their exact shapes (default: through "
@@ -157,6 +158,16 @@ void check_against_model(const Options& o, const ModelConfig& config,
   }
 }
 
+// Prompt tokens per prefill pass of a static/hybrid session: --prefill-chunk
+// (0: no limit) capped by what its cache takes in one step (a hybrid cache's
+// sliding window), as Generator does. The baseline is given the same chunk,
+// so the two prefill times compare like for like.
+int64_t prefill_chunk_of(const LlamaModel& model, int64_t rows, int64_t max_len, int64_t flag) {
+  CacheConfig config = model.cache_config(rows, max_len);
+  config.max_chunk = flag > 0 ? std::min(flag, max_len) : 0;
+  return config.chunk_limit();
+}
+
 std::string bytes(int64_t n) {
   const double b = static_cast<double>(n);
   if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
@@ -227,12 +238,18 @@ int main(int argc, char** argv) try {
   for (const auto& p : prompts) longest = std::max(longest, p.size());
   const int64_t rows = static_cast<int64_t>(prompts.size());
   const int64_t max_len = static_cast<int64_t>(longest) + o.max_new_tokens;
+  const int64_t chunk = options.cache == CacheKind::kDynamic
+                            ? (o.prefill_chunk > 0 ? std::min(o.prefill_chunk, max_len) : max_len)
+                            : prefill_chunk_of(*model, rows, max_len, o.prefill_chunk);
   fmt::print("statickv-demo: {} | {} layers ({}), {} heads / {} kv x {} | {} on {}\n", source,
              config.num_hidden_layers, config.has_sliding() ? "with sliding layers" : "all full",
              config.num_attention_heads, config.num_key_value_heads, config.head_dim,
              apps::dtype_name(dtype), device.str());
-  fmt::print("{} prompts (longest {} tokens), {} new tokens each, {}\n", prompts.size(), longest,
-             o.max_new_tokens, o.temperature > 0 ? "sampling" : "greedy");
+  fmt::print("{} prompts (longest {} tokens), {} new tokens each, {}; prefill {}{}\n",
+             prompts.size(), longest, o.max_new_tokens, o.temperature > 0 ? "sampling" : "greedy",
+             chunk >= static_cast<int64_t>(longest) ? std::string("in one pass")
+                                                    : fmt::format("in passes of {} tokens", chunk),
+             compare ? " (both runs)" : "");
 
   // Each cache kind runs in its own session, warmed up by one untimed call:
   // the first pass pays one-time costs (thread pools, kernel selection, CUDA
@@ -247,6 +264,7 @@ int main(int argc, char** argv) try {
   if (compare) {
     GenerateOptions dyn = options;
     dyn.cache = CacheKind::kDynamic;
+    dyn.prefill_chunk = chunk;  // the same passes as the static/hybrid run
     dyn.on_step = nullptr;
     const GenerateResult baseline = timed(dyn);
     report("dynamic", baseline, rows);
