@@ -1,8 +1,10 @@
 // statickv-demo: runs the reference decoder on a named shape with random
 // weights or on a Hugging Face checkpoint directory, through a static or
 // hybrid cache and the DynamicCache baseline, and reports speed, memory and
-// whether both produced identical tokens. See --help.
+// whether the two runs agree (logits within the dtype's tolerance; tokens
+// equal but for near-ties). See --help.
 
+#include <statickv/apps/compare.hpp>
 #include <statickv/apps/flags.hpp>
 #include <statickv/reference/generate.hpp>
 
@@ -63,6 +65,10 @@ Options parse(int argc, char** argv) {
                    "the bucketed GraphRunner, CUDA graphs on a GPU)");
   flags.add_switch("--no-compare", &o.no_compare, "skip the DynamicCache comparison run");
   flags.add_switch("--print-ids", &o.print_ids, "print each prompt's generated ids on a line");
+  flags.add_note(
+      "After both runs it compares them (logits within the dtype's tolerance over the steps both\n"
+      "took from the same prefix; a greedy token may differ only at a near tie) and prints a\n"
+      "verdict line. Exit status: 0, 1 when the verdict is MISMATCH, 2 when a flag is refused.");
   flags.parse(argc, argv);
   // Flags that would be silently ignored are refused.
   if (o.top_k > 0 && o.temperature == 0.0) {
@@ -158,6 +164,51 @@ void check_against_model(const Options& o, const ModelConfig& config,
   }
 }
 
+// Prints the comparison (Note [comparing with the baseline]) and its
+// verdict; returns whether the runs agree.
+bool report_comparison(const char* name, const GenerateResult& ours, const GenerateResult& baseline,
+                       at::ScalarType dtype, bool greedy) {
+  const apps::Comparison c =
+      apps::compare_runs(ours.tokens, ours.logits, baseline.tokens, baseline.logits);
+  const apps::Tolerance tol = apps::tolerance_for(dtype);
+  const apps::Verdict verdict = apps::judge(c, tol, greedy);
+  const std::string dtype_text = apps::dtype_name(dtype);
+  fmt::print(
+      "logits vs dynamic: max |difference| {:.3g} over {} steps from the same prefix "
+      "(tolerance {:g} in {})\n",
+      c.max_diff, c.steps, tol.logits, dtype_text);
+  if (c.divergences.empty()) {
+    fmt::print("tokens vs dynamic: identical\n");
+  } else {
+    const apps::Divergence& d = verdict.unexplained ? *verdict.unexplained : c.divergences.front();
+    fmt::print(
+        "tokens vs dynamic: {} of {} prompts differ; {}prompt {}, token {}: {} {}, dynamic {}",
+        c.divergences.size(), ours.tokens.size(), verdict.unexplained ? "" : "first: ", d.prompt,
+        d.step, name, d.ours, d.baseline);
+    if (greedy) {
+      fmt::print(", {:.3g} apart in dynamic's logits ({} {:g})", d.margin,
+                 d.margin <= tol.tie ? "a near tie: <=" : "NOT a near tie: >", tol.tie);
+    }
+    fmt::print("\n");
+  }
+  if (verdict.ok() && c.divergences.empty()) {
+    fmt::print("verdict: OK: {} and dynamic caches agree (logits within {:g}, identical tokens)\n",
+               name, tol.logits);
+  } else if (verdict.ok()) {
+    fmt::print(
+        "verdict: OK: {} and dynamic caches agree within {} rounding (logits within {:g}; tokens "
+        "differ only {})\n",
+        name, dtype_text, tol.logits, greedy ? "at near ties" : "where sampling met rounding");
+  } else {
+    fmt::print("verdict: MISMATCH: {} and dynamic caches disagree ({})\n", name,
+               !verdict.logits_ok
+                   ? fmt::format("logits differ by {:.3g} > {:g}", c.max_diff, tol.logits)
+                   : fmt::format("a greedy token differs where dynamic's margin is {:.3g} > {:g}",
+                                 verdict.unexplained->margin, tol.tie));
+  }
+  return verdict.ok();
+}
+
 // Prompt tokens per prefill pass of a static/hybrid session: --prefill-chunk
 // (0: no limit) capped by what its cache takes in one step (a hybrid cache's
 // sliding window), as Generator does. The baseline is given the same chunk,
@@ -221,6 +272,7 @@ int main(int argc, char** argv) try {
   options.seed = static_cast<uint64_t>(o.seed);
   options.prefill_chunk = o.prefill_chunk;
   options.bucketed = !o.eager;
+  options.record_logits = compare;
   options.cache = o.cache.empty() ? (config.has_sliding() ? CacheKind::kHybrid : CacheKind::kStatic)
                                   : parse_cache_kind(o.cache);
   // Progress on runs longer than a couple of seconds, on stderr.
@@ -261,6 +313,7 @@ int main(int argc, char** argv) try {
   };
   const GenerateResult main_run = timed(options);
   report(to_string(options.cache), main_run, rows);
+  bool agree = true;
   if (compare) {
     GenerateOptions dyn = options;
     dyn.cache = CacheKind::kDynamic;
@@ -268,9 +321,8 @@ int main(int argc, char** argv) try {
     dyn.on_step = nullptr;
     const GenerateResult baseline = timed(dyn);
     report("dynamic", baseline, rows);
-    const bool same = baseline.tokens == main_run.tokens;
-    fmt::print("{} and dynamic caches produced identical tokens: {}\n", to_string(options.cache),
-               same ? "yes" : "NO");
+    agree = report_comparison(to_string(options.cache), main_run, baseline, dtype,
+                              /*greedy=*/o.temperature == 0.0);
   }
   if (o.print_ids) {
     for (const auto& row : main_run.tokens) {
@@ -279,7 +331,7 @@ int main(int argc, char** argv) try {
       std::puts(line.c_str());
     }
   }
-  return 0;
+  return agree ? 0 : 1;
 } catch (...) {
   return apps::fail("statickv-demo");
 }
