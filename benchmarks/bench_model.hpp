@@ -40,6 +40,22 @@ inline reference::ModelConfig model_shape(const std::string& name) {
   return reference::named_config(name);
 }
 
+/// The shapes the model benchmarks can serve: every name model_shape()
+/// knows whose layers all attend in full (they serve a StaticCache).
+inline std::vector<std::string> full_attention_shapes() {
+  std::vector<std::string> names;
+  for (const std::string& name : reference::named_config_names()) {
+    if (!model_shape(name).has_sliding()) names.push_back(name);
+  }
+  names.push_back("small");
+  return names;
+}
+
+/// --shape S: one of full_attention_shapes().
+inline void add_shape_flag(Flags& flags, std::string* shape, const std::string& help) {
+  flags.add_choice("--shape S", shape, full_attention_shapes(), help);
+}
+
 inline std::unique_ptr<reference::LlamaModel> random_model(const std::string& shape,
                                                            at::ScalarType dtype,
                                                            const at::Device& device,
@@ -95,7 +111,7 @@ inline ServeMode parse_serve_mode(const std::string& name) {
   if (name == "eager") return ServeMode::kEager;
   if (name == "bucketed" || name == "graphs") return ServeMode::kBucketed;
   if (name == "per-length") return ServeMode::kPerLength;
-  throw std::invalid_argument("mode: expected eager, bucketed or per-length but got " + name);
+  throw FlagError("--mode: expected eager, bucketed or per-length but got '" + name + "'");
 }
 
 inline const char* to_string(ServeMode mode) {

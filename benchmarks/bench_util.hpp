@@ -1,6 +1,7 @@
 #pragma once
-// Shared by the benchmarks: device selection, synchronized timing, robust
-// statistics, the side-by-side measurement loop, flags and JSON output.
+// Shared by the benchmarks: synchronized timing, robust statistics, the
+// side-by-side measurement loop and JSON output. Flags, devices and dtypes
+// are statickv/apps/flags.hpp's, shared with statickv-demo.
 //
 // Variants are measured interleaved (round r times variant r, r+1, ... in
 // turn), so a drift of the shared machine's speed hits all of them alike;
@@ -8,12 +9,15 @@
 // p10..p90 as the spread. Times on a CUDA device are read only after
 // torch::cuda::synchronize(), so a sample measures the work, not its launch.
 
+#include <statickv/apps/flags.hpp>
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 #include <fmt/core.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
+#include <nlohmann/json.hpp>
 #ifdef STATICKV_HAS_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #endif
@@ -24,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -36,145 +41,9 @@ namespace statickv::bench {
 
 using Clock = std::chrono::steady_clock;
 
-/// A JSON value to write results with: null, bool, number, string, array,
-/// or object (keys in insertion order). Write-only and small on purpose, so
-/// the benchmarks need nothing beyond LibTorch and fmt.
-class Json {
- public:
-  Json() = default;
-  Json(bool b) : kind_(Kind::kBool), bool_(b) {}  // NOLINT: implicit, like a literal
-  Json(int v) : Json(static_cast<int64_t>(v)) {}
-  Json(long v) : kind_(Kind::kInt), int_(static_cast<int64_t>(v)) {}
-  Json(long long v) : kind_(Kind::kInt), int_(static_cast<int64_t>(v)) {}
-  Json(unsigned long v) : kind_(Kind::kInt), int_(static_cast<int64_t>(v)) {}
-  Json(unsigned long long v) : kind_(Kind::kInt), int_(static_cast<int64_t>(v)) {}
-  Json(double v) : kind_(Kind::kDouble), double_(v) {}
-  Json(const char* v) : kind_(Kind::kString), string_(v) {}
-  Json(std::string v) : kind_(Kind::kString), string_(std::move(v)) {}
-  Json(const std::vector<int64_t>& v) : kind_(Kind::kArray) {
-    for (int64_t x : v) items_.emplace_back(x);
-  }
-
-  using Member = std::pair<std::string, Json>;
-  static Json object(std::initializer_list<Member> members = {}) {
-    Json j;
-    j.kind_ = Kind::kObject;
-    for (const auto& m : members) j.members_.push_back(m);
-    return j;
-  }
-  static Json array() {
-    Json j;
-    j.kind_ = Kind::kArray;
-    return j;
-  }
-
-  /// Object member (added if missing).
-  Json& operator[](const std::string& key) {
-    if (kind_ == Kind::kNull) kind_ = Kind::kObject;
-    if (kind_ != Kind::kObject) throw std::logic_error("Json: operator[] on a non-object");
-    for (auto& m : members_) {
-      if (m.first == key) return m.second;
-    }
-    members_.emplace_back(key, Json());
-    return members_.back().second;
-  }
-  void push_back(Json value) {
-    if (kind_ == Kind::kNull) kind_ = Kind::kArray;
-    if (kind_ != Kind::kArray) throw std::logic_error("Json: push_back on a non-array");
-    items_.push_back(std::move(value));
-  }
-
-  /// Text; indent < 0: one line.
-  std::string dump(int indent = -1) const {
-    std::string out;
-    write(out, indent, 0);
-    return out;
-  }
-
- private:
-  enum class Kind { kNull, kBool, kInt, kDouble, kString, kArray, kObject };
-
-  static void quote(std::string& out, const std::string& s) {
-    out += '"';
-    for (const char c : s) {
-      switch (c) {
-        case '"':
-          out += "\\\"";
-          break;
-        case '\\':
-          out += "\\\\";
-          break;
-        case '\n':
-          out += "\\n";
-          break;
-        case '\t':
-          out += "\\t";
-          break;
-        default:
-          if (static_cast<unsigned char>(c) < 0x20) {
-            out += fmt::format("\\u{:04x}", static_cast<int>(c));
-          } else {
-            out += c;
-          }
-      }
-    }
-    out += '"';
-  }
-
-  void write(std::string& out, int indent, int depth) const {
-    const bool pretty = indent >= 0;
-    auto newline = [&](int d) {
-      if (pretty) out += "\n" + std::string(static_cast<size_t>(indent * d), ' ');
-    };
-    switch (kind_) {
-      case Kind::kNull:
-        out += "null";
-        break;
-      case Kind::kBool:
-        out += bool_ ? "true" : "false";
-        break;
-      case Kind::kInt:
-        out += std::to_string(int_);
-        break;
-      case Kind::kDouble:
-        out += std::isfinite(double_) ? fmt::format("{}", double_) : "null";
-        break;
-      case Kind::kString:
-        quote(out, string_);
-        break;
-      case Kind::kArray:
-        out += '[';
-        for (size_t i = 0; i < items_.size(); ++i) {
-          if (i > 0) out += ',';
-          newline(depth + 1);
-          items_[i].write(out, indent, depth + 1);
-        }
-        if (!items_.empty()) newline(depth);
-        out += ']';
-        break;
-      case Kind::kObject:
-        out += '{';
-        for (size_t i = 0; i < members_.size(); ++i) {
-          if (i > 0) out += ',';
-          newline(depth + 1);
-          quote(out, members_[i].first);
-          out += pretty ? ": " : ":";
-          members_[i].second.write(out, indent, depth + 1);
-        }
-        if (!members_.empty()) newline(depth);
-        out += '}';
-        break;
-    }
-  }
-
-  Kind kind_ = Kind::kNull;
-  bool bool_ = false;
-  int64_t int_ = 0;
-  double double_ = 0;
-  std::string string_;
-  std::vector<Json> items_;
-  std::vector<Member> members_;
-};
+/// Results are written with the project's one JSON library; ordered_json
+/// keeps members in insertion order, as the reports read them.
+using Json = nlohmann::ordered_json;
 
 /// Waits for queued device work, so a clock read after it measures the work
 /// and not just its launch.
@@ -186,25 +55,6 @@ inline void sync(const at::Device& device) {
 inline double seconds_since(Clock::time_point start, const at::Device& device) {
   sync(device);
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-inline at::ScalarType parse_dtype(const std::string& name) {
-  if (name == "float32" || name == "fp32") return at::kFloat;
-  if (name == "float16" || name == "fp16") return at::kHalf;
-  if (name == "bfloat16" || name == "bf16") return at::kBFloat16;
-  throw std::invalid_argument("--dtype: expected fp32, fp16 or bf16 but got " + name);
-}
-
-inline at::Device parse_device(const std::string& name) {
-  if (name == "auto") return torch::cuda::is_available() ? at::Device(at::kCUDA, 0) : at::kCPU;
-  if (name == "cpu") return at::kCPU;
-  if (name == "cuda") {
-    if (!torch::cuda::is_available()) {
-      throw std::invalid_argument("--device cuda: no CUDA device is available");
-    }
-    return at::Device(at::kCUDA, 0);
-  }
-  throw std::invalid_argument("--device: expected auto, cpu or cuda but got " + name);
 }
 
 struct Stats {
@@ -270,121 +120,66 @@ inline std::vector<Stats> measure_interleaved(const std::vector<Variant>& varian
   return out;
 }
 
-inline std::string dtype_name(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat:
-      return "fp32";
-    case at::kHalf:
-      return "fp16";
-    case at::kBFloat16:
-      return "bf16";
-    default:
-      return c10::toString(dtype);
+// Flags, devices and dtypes: the programs' one parser (statickv/apps/flags.hpp).
+using apps::dtype_name;
+using apps::FlagError;
+using apps::Flags;
+using apps::parse_device;
+using apps::parse_dtype;
+using apps::parse_int_list;
+
+/// --threads N: LibTorch's intra-op threads (0: its own choice); apply with set_threads().
+inline void add_threads_flag(Flags& flags, int* threads) {
+  flags.add("--threads N", threads, "CPU threads for LibTorch (default 0: its own choice)",
+            /*min=*/0);
+}
+
+inline void set_threads(int threads) {
+  if (threads > 0) at::set_num_threads(threads);
+}
+
+/// The attention stack the cache-only benchmarks time (Llama-3.2-1B's by default).
+struct StackShape {
+  int64_t layers = 16, heads = 32, kv_heads = 8, head_dim = 64;
+};
+
+/// --layers, --heads (unless `with_heads` is false), --kv-heads, --head-dim.
+inline void add_stack_flags(Flags& flags, StackShape* shape, bool with_heads = true) {
+  flags.add("--layers N", &shape->layers, "layers per step", /*min=*/1);
+  if (with_heads) flags.add("--heads N", &shape->heads, "query heads", /*min=*/1);
+  flags.add("--kv-heads N", &shape->kv_heads, "key/value heads", /*min=*/1);
+  flags.add("--head-dim N", &shape->head_dim, "head dimension", /*min=*/1);
+}
+
+/// Grouped-query attention needs whole groups: heads a multiple of kv-heads.
+inline void check_stack(const StackShape& shape) {
+  if (shape.heads % shape.kv_heads != 0) {
+    throw FlagError(fmt::format("--heads: expected a multiple of --kv-heads={} but got {}",
+                                shape.kv_heads, shape.heads));
   }
 }
 
-// ---------------------------------------------------------------------------
-// Flags: every benchmark takes `--name value` flags and `--help`.
+/// A decode step writes position `context`: it must lie in [1, max_len).
+inline void check_context(int64_t context, int64_t max_len) {
+  if (context < 1 || context >= max_len) {
+    throw FlagError(
+        fmt::format("--context: expected a value in [1, max_len={}) but got {}", max_len, context));
+  }
+}
 
-class Flags {
- public:
-  Flags(std::string program, std::string summary)
-      : program_(std::move(program)), summary_(std::move(summary)) {}
-
-  void add(const std::string& name, std::string* target, const std::string& help) {
-    add_setter(name, help, "'" + *target + "'", [target](const std::string& v) { *target = v; });
-  }
-  void add(const std::string& name, int64_t* target, const std::string& help) {
-    add_setter(name, help, std::to_string(*target),
-               [target, name](const std::string& v) { *target = to_int(name, v); });
-  }
-  void add(const std::string& name, int* target, const std::string& help) {
-    add_setter(name, help, std::to_string(*target), [target, name](const std::string& v) {
-      *target = static_cast<int>(to_int(name, v));
-    });
-  }
-  void add(const std::string& name, double* target, const std::string& help) {
-    add_setter(name, help, fmt::format("{}", *target), [target, name](const std::string& v) {
-      try {
-        size_t used = 0;
-        *target = std::stod(v, &used);
-        if (used == v.size()) return;
-      } catch (const std::exception&) {
-      }
-      throw std::invalid_argument(name + ": expected a number but got '" + v + "'");
-    });
-  }
-  /// A switch: present = true (no value).
-  void add_switch(const std::string& name, bool* target, const std::string& help) {
-    switches_[name] = target;
-    usage_.push_back({name, help});
-  }
-
-  void parse(int argc, char** argv) {
-    for (int i = 1; i < argc; ++i) {
-      const std::string arg = argv[i];
-      if (arg == "--help" || arg == "-h") {
-        std::fputs(usage().c_str(), stdout);
-        std::exit(0);
-      }
-      if (auto s = switches_.find(arg); s != switches_.end()) {
-        *s->second = true;
-        continue;
-      }
-      auto it = setters_.find(arg);
-      if (it == setters_.end()) {
-        throw std::invalid_argument("unknown flag " + arg + " (see --help)");
-      }
-      if (i + 1 >= argc) throw std::invalid_argument(arg + ": expected a value");
-      it->second(argv[++i]);
-    }
-  }
-
-  std::string usage() const {
-    std::string out = program_ + ": " + summary_ + "\n\n";
-    for (const auto& [name, help] : usage_) out += fmt::format("  {:<22} {}\n", name, help);
-    out += fmt::format("  {:<22} {}\n", "--help", "this text");
-    return out;
-  }
-
-  static int64_t to_int(const std::string& name, const std::string& v) {
-    size_t used = 0;
-    int64_t out = 0;
-    try {
-      out = std::stoll(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (v.empty() || used != v.size()) {
-      throw std::invalid_argument(name + ": expected an integer but got '" + v + "'");
-    }
-    return out;
-  }
-
-  /// "128,256,1024" -> {128, 256, 1024}.
-  static std::vector<int64_t> int_list(const std::string& name, const std::string& v) {
-    std::vector<int64_t> out;
-    size_t begin = 0;
-    while (begin <= v.size()) {
-      const size_t end = std::min(v.find(',', begin), v.size());
-      out.push_back(to_int(name, v.substr(begin, end - begin)));
-      begin = end + 1;
-    }
-    return out;
-  }
-
- private:
-  void add_setter(const std::string& name, const std::string& help, const std::string& value,
-                  std::function<void(const std::string&)> set) {
-    setters_[name] = std::move(set);
-    usage_.push_back({name + " V", help + " (default " + value + ")"});
-  }
-
-  std::string program_, summary_;
-  std::map<std::string, std::function<void(const std::string&)>> setters_;
-  std::map<std::string, bool*> switches_;
-  std::vector<std::pair<std::string, std::string>> usage_;
-};
+/// --json FILE: also write the results there. A FILE whose folder does not
+/// exist is refused when parsing, not after the run.
+inline void add_json_flag(Flags& flags, std::string* path) {
+  flags.add(
+      "--json FILE", path, "also write the results as JSON to FILE",
+      [](const std::string& flag, const std::string& value) {
+        const std::filesystem::path file(value);
+        const std::filesystem::path folder = file.has_parent_path() ? file.parent_path() : ".";
+        if (value.empty() || !file.has_filename() || !std::filesystem::is_directory(folder)) {
+          throw FlagError(flag + ": expected a file in an existing folder but got '" + value + "'");
+        }
+      });
+}
 
 // ---------------------------------------------------------------------------
 // JSON and the environment a number was measured in.

@@ -42,7 +42,7 @@ namespace {
 
 struct Options {
   std::string device = "auto", dtype, contexts, json;
-  int64_t layers = 16, heads = 32, kv_heads = 8, head_dim = 64;  // Llama-3.2-1B geometry
+  StackShape stack;  // Llama-3.2-1B geometry
   int64_t max_len = 4096;
   int rounds = 20, calls = 4, threads = 0;
   bool graphs = false;
@@ -57,49 +57,45 @@ using StepFn = std::function<at::Tensor(const at::Tensor&)>;
 int main(int argc, char** argv) try {
   Options o;
   Flags flags("statickv_bench_context", "decode-step cost vs context length, as ratios to ideal");
-  flags.add("--device", &o.device, "auto, cpu or cuda");
-  flags.add("--dtype", &o.dtype, "fp32, fp16 or bf16 (default fp32 on cpu, fp16 on cuda)");
-  flags.add("--layers", &o.layers, "layers per step");
-  flags.add("--heads", &o.heads, "query heads");
-  flags.add("--kv-heads", &o.kv_heads, "key/value heads");
-  flags.add("--head-dim", &o.head_dim, "head dimension");
-  flags.add("--max-len", &o.max_len, "cache capacity");
-  flags.add("--contexts", &o.contexts, "comma-separated lengths (default 128, 256, ... max_len)");
-  flags.add("--rounds", &o.rounds, "interleaved samples per variant and length");
-  flags.add("--calls", &o.calls, "steps per sample");
-  flags.add("--threads", &o.threads, "CPU threads (0: LibTorch's choice)");
-  flags.add("--json", &o.json, "write results as JSON to this file");
-  flags.add_switch("--graphs", &o.graphs, "CUDA: replay captured steps (dynamic stays eager)");
+  flags.add_device(&o.device);
+  flags.add_dtype(&o.dtype, at::kHalf);
+  add_stack_flags(flags, &o.stack);
+  flags.add("--max-len N", &o.max_len, "cache capacity", /*min=*/2);
+  flags.add("--contexts LIST", &o.contexts,
+            "comma-separated lengths in [2, max-len] (default 128, 256, ... max-len)");
+  flags.add("--rounds N", &o.rounds, "interleaved samples per variant and length", /*min=*/1);
+  flags.add("--calls N", &o.calls, "steps per sample", /*min=*/1);
+  add_threads_flag(flags, &o.threads);
+  add_json_flag(flags, &o.json);
+  flags.add_switch("--graphs", &o.graphs,
+                   "replay captured steps (needs a CUDA device; dynamic stays eager)");
   flags.parse(argc, argv);
-  if (o.threads > 0) at::set_num_threads(o.threads);
-  c10::InferenceMode inference;  // as inference code runs: no autograd bookkeeping per op
-  const at::Device device = parse_device(o.device);
-  const at::ScalarType dtype =
-      parse_dtype(o.dtype.empty() ? (device.is_cuda() ? "fp16" : "fp32") : o.dtype);
-  const bool graphs = o.graphs && device.is_cuda();
+  check_stack(o.stack);
   std::vector<int64_t> contexts;
   if (o.contexts.empty()) {
     for (int64_t c = 128; c < o.max_len; c *= 2) contexts.push_back(c);
     contexts.push_back(o.max_len);
   } else {
-    contexts = Flags::int_list("--contexts", o.contexts);
+    contexts = parse_int_list("--contexts", o.contexts, /*min=*/2, /*max=*/o.max_len);
   }
-  for (int64_t c : contexts) {
-    if (c < 2 || c > o.max_len) {
-      throw std::invalid_argument(
-          fmt::format("--contexts: expected lengths in [2, max_len={}] but got {}", o.max_len, c));
-    }
+  set_threads(o.threads);
+  c10::InferenceMode inference;  // as inference code runs: no autograd bookkeeping per op
+  const at::Device device = parse_device(o.device);
+  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kHalf);
+  if (o.graphs && !device.is_cuda()) {
+    throw FlagError("--graphs: expected a CUDA device (--device cuda) but got " + device.str());
   }
+  const bool graphs = o.graphs;
 
   const auto opts = at::TensorOptions().dtype(dtype).device(device);
   const auto long_opts = opts.dtype(at::kLong);
-  const int64_t L = o.layers;
+  const int64_t L = o.stack.layers;
 
   // statickv (and hf-static): one cache holding positions [0, max_len - 1).
   CacheConfig config;
   config.num_layers = L;
-  config.num_kv_heads = o.kv_heads;
-  config.head_dim = o.head_dim;
+  config.num_kv_heads = o.stack.kv_heads;
+  config.head_dim = o.stack.head_dim;
   config.max_batch = 1;
   config.max_len = o.max_len;
   config.dtype = dtype;
@@ -109,7 +105,7 @@ int main(int argc, char** argv) try {
   {
     StepPlan fill = cache.prepare(at::arange(o.max_len - 1, long_opts), 1);
     for (int64_t l = 0; l < L; ++l) {
-      const at::Tensor kv = at::randn({1, o.kv_heads, o.max_len - 1, o.head_dim}, opts);
+      const at::Tensor kv = at::randn({1, o.stack.kv_heads, o.max_len - 1, o.stack.head_dim}, opts);
       cache.update(l, kv, kv, fill);
     }
   }
@@ -119,9 +115,9 @@ int main(int argc, char** argv) try {
     ideal_k.push_back(cache.keys(l).narrow(2, 0, o.max_len).clone());
     ideal_v.push_back(cache.values(l).narrow(2, 0, o.max_len).clone());
   }
-  const at::Tensor q = at::randn({1, o.heads, 1, o.head_dim}, opts);
-  const at::Tensor k = at::randn({1, o.kv_heads, 1, o.head_dim}, opts);
-  const at::Tensor v = at::randn({1, o.kv_heads, 1, o.head_dim}, opts);
+  const at::Tensor q = at::randn({1, o.stack.heads, 1, o.stack.head_dim}, opts);
+  const at::Tensor k = at::randn({1, o.stack.kv_heads, 1, o.stack.head_dim}, opts);
+  const at::Tensor v = at::randn({1, o.stack.kv_heads, 1, o.stack.head_dim}, opts);
 
   auto ideal_step = [&](int64_t len) -> StepFn {
     return [&, len](const at::Tensor& pos) {
@@ -163,7 +159,7 @@ int main(int argc, char** argv) try {
 
   fmt::print(
       "statickv context length: {} layers, {} q / {} kv heads x {}, max_len {}, {} on {}{}\n", L,
-      o.heads, o.kv_heads, o.head_dim, o.max_len, dtype_name(dtype), device.str(),
+      o.stack.heads, o.stack.kv_heads, o.stack.head_dim, o.max_len, dtype_name(dtype), device.str(),
       graphs ? " (graph replays)" : "");
   fmt::print("{} interleaved rounds x {} steps per variant and length, {} CPU threads\n\n",
              o.rounds, o.calls, at::get_num_threads());
@@ -252,16 +248,15 @@ int main(int argc, char** argv) try {
                                    {"environment", environment(device)},
                                    {"dtype", dtype_name(dtype)},
                                    {"layers", L},
-                                   {"heads", o.heads},
-                                   {"kv_heads", o.kv_heads},
-                                   {"head_dim", o.head_dim},
+                                   {"heads", o.stack.heads},
+                                   {"kv_heads", o.stack.kv_heads},
+                                   {"head_dim", o.stack.head_dim},
                                    {"max_len", o.max_len},
                                    {"graphs", graphs},
                                    {"rounds", o.rounds},
                                    {"calls", o.calls},
                                    {"rows", rows}}));
   return 0;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "statickv_bench_context: %s\n", e.what());
-  return 2;
+} catch (...) {
+  return apps::fail("statickv_bench_context");
 }

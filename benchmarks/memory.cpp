@@ -10,12 +10,11 @@
 
 #include <fmt/format.h>
 
-#include <cstdio>
-#include <map>
+#include <algorithm>
 #include <string>
 
 using namespace statickv;
-using statickv::bench::Json;
+using namespace statickv::bench;
 
 namespace {
 
@@ -28,35 +27,21 @@ struct Pattern {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  int64_t max_len = 32768, max_batch = 1, max_chunk = 512;
+  int64_t max_len = 32768, max_batch = 1, max_chunk = 0;
   std::string json_path;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::puts(
-          "statickv_bench_memory: cache bytes, hybrid vs all-full\n"
-          "  --max-len N    positions per row (default 32768)\n"
-          "  --max-batch N  rows (default 1)\n"
-          "  --max-chunk N  largest prefill chunk; rings hold window + chunk - 1 (default 512)\n"
-          "  --json FILE    also write the results as JSON");
-      return 0;
-    }
-    if (i + 1 >= argc) throw std::invalid_argument(arg + ": expected a value (see --help)");
-    if (arg == "--json") {
-      json_path = argv[++i];
-      continue;
-    }
-    const int64_t value = std::stoll(argv[++i]);
-    if (arg == "--max-len") {
-      max_len = value;
-    } else if (arg == "--max-batch") {
-      max_batch = value;
-    } else if (arg == "--max-chunk") {
-      max_chunk = value;
-    } else {
-      throw std::invalid_argument("unknown flag " + arg + " (see --help)");
-    }
+  Flags flags("statickv_bench_memory", "cache bytes, hybrid vs all-full");
+  flags.add("--max-len N", &max_len, "positions per row", /*min=*/1);
+  flags.add("--max-batch N", &max_batch, "rows", /*min=*/1);
+  flags.add("--max-chunk N", &max_chunk,
+            "largest prefill chunk; rings hold window + chunk - 1 (default 0: min(512, max-len))",
+            /*min=*/0);
+  add_json_flag(flags, &json_path);
+  flags.parse(argc, argv);
+  if (max_chunk > max_len) {
+    throw FlagError(
+        fmt::format("--max-chunk: expected at most max_len={} but got {}", max_len, max_chunk));
   }
+  if (max_chunk == 0) max_chunk = std::min<int64_t>(512, max_len);
   const std::vector<Pattern> patterns = {
       {"Gemma-3-4B-like (5 sliding : 1 full, window 1024)", 34, 4, 256, 1024,
        sliding_then_full(34, 5)},
@@ -76,7 +61,7 @@ int main(int argc, char** argv) try {
     c.max_len = max_len;
     c.dtype = at::kBFloat16;
     c.sliding_window = p.window;
-    c.max_chunk = std::min(max_chunk, max_len);
+    c.max_chunk = max_chunk;
     CacheConfig full = c;
     c.layer_types = p.types;
     const double gib = 1024.0 * 1024.0 * 1024.0;
@@ -93,17 +78,15 @@ int main(int argc, char** argv) try {
                                  {"hybrid_bytes", hybrid},
                                  {"ratio", hybrid / dense}}));
   }
-  statickv::bench::write_json(json_path,
-                              Json::object({{"benchmark", "memory"},
-                                            {"command", statickv::bench::command_line(argc, argv)},
-                                            {"environment", statickv::bench::environment(at::kCPU)},
-                                            {"dtype", "bf16"},
-                                            {"max_batch", max_batch},
-                                            {"max_len", max_len},
-                                            {"max_chunk", max_chunk},
-                                            {"patterns", rows}}));
+  write_json(json_path, Json::object({{"benchmark", "memory"},
+                                      {"command", command_line(argc, argv)},
+                                      {"environment", environment(at::kCPU)},
+                                      {"dtype", "bf16"},
+                                      {"max_batch", max_batch},
+                                      {"max_len", max_len},
+                                      {"max_chunk", max_chunk},
+                                      {"patterns", rows}}));
   return 0;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "statickv_bench_memory: %s\n", e.what());
-  return 2;
+} catch (...) {
+  return apps::fail("statickv_bench_memory");
 }

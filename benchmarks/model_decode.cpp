@@ -63,28 +63,24 @@ int main(int argc, char** argv) try {
   Options o;
   Flags flags("statickv_bench_model",
               "reference-model decode step: batch prefix, eager vs graphs, bandwidth");
-  flags.add("--device", &o.device, "auto, cpu or cuda");
-  flags.add("--shape", &o.shape, "model shape: tiny, small, llama-3.2-1b, llama-3.1-8b");
-  flags.add("--dtype", &o.dtype, "fp32, fp16 or bf16 (default: fp32 on cpu, bf16 on cuda)");
-  flags.add("--context", &o.context, "tokens cached before the step");
-  flags.add("--max-len", &o.max_len, "cache capacity");
-  flags.add("--max-batch", &o.max_batch, "rows of the large cache");
-  flags.add("--rounds", &o.rounds, "interleaved samples per variant");
-  flags.add("--calls", &o.calls, "steps per sample");
-  flags.add("--threads", &o.threads, "CPU threads (0: LibTorch's choice)");
-  flags.add("--json", &o.json, "write results as JSON to this file");
+  flags.add_device(&o.device);
+  add_shape_flag(flags, &o.shape, "model shape (random weights)");
+  flags.add_dtype(&o.dtype, at::kBFloat16);
+  flags.add("--context N", &o.context, "tokens cached before the step", /*min=*/1);
+  flags.add("--max-len N", &o.max_len, "cache capacity", /*min=*/2);
+  flags.add("--max-batch N", &o.max_batch, "rows of the large cache", /*min=*/1);
+  flags.add("--rounds N", &o.rounds, "interleaved samples per variant", /*min=*/1);
+  flags.add("--calls N", &o.calls, "steps per sample", /*min=*/1);
+  add_threads_flag(flags, &o.threads);
+  add_json_flag(flags, &o.json);
   flags.add_switch("--no-graphs", &o.no_graphs, "CUDA: eager variants only");
-  flags.add_switch("--no-full-batch", &o.no_full_batch, "skip the 16/16 variants");
+  flags.add_switch("--no-full-batch", &o.no_full_batch, "skip the max-batch/max-batch variants");
   flags.parse(argc, argv);
-  if (o.threads > 0) at::set_num_threads(o.threads);
+  check_context(o.context, o.max_len);
+  set_threads(o.threads);
   c10::InferenceMode inference;  // as inference code runs: no autograd bookkeeping per op
-  if (o.context < 1 || o.context >= o.max_len) {
-    throw std::invalid_argument(
-        fmt::format("--context: expected [1, max_len={}) but got {}", o.max_len, o.context));
-  }
   const at::Device device = parse_device(o.device);
-  const at::ScalarType dtype =
-      parse_dtype(o.dtype.empty() ? (device.is_cuda() ? "bf16" : "fp32") : o.dtype);
+  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kBFloat16);
   const bool graphs = device.is_cuda() && !o.no_graphs;
 
   const auto load_start = Clock::now();
@@ -233,7 +229,6 @@ int main(int argc, char** argv) try {
                                    {"variants", json_rows},
                                    {"ratios", ratios}}));
   return 0;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "statickv_bench_model: %s\n", e.what());
-  return 2;
+} catch (...) {
+  return apps::fail("statickv_bench_model");
 }

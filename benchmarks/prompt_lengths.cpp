@@ -48,22 +48,24 @@ int main(int argc, char** argv) try {
   Options o;
   Flags flags("statickv_bench_prompts",
               "new prompt lengths: bucketed graphs vs capture per length vs eager");
-  flags.add("--device", &o.device, "auto, cpu or cuda");
-  flags.add("--shape", &o.shape, "model shape (default: small on cpu, llama-3.2-1b on cuda)");
-  flags.add("--dtype", &o.dtype, "fp32, fp16 or bf16 (default fp32 on cpu, bf16 on cuda)");
-  flags.add("--max-len", &o.max_len,
-            "longest prompt and cache capacity (default 256 cpu, 2048 cuda)");
-  flags.add("--prompts", &o.prompts, "random prompt lengths served per pass");
-  flags.add("--reps", &o.reps, "repetitions (fresh sessions each)");
-  flags.add("--seed", &o.seed, "seed of lengths, ids and weights");
-  flags.add("--threads", &o.threads, "CPU threads (0: LibTorch's choice)");
-  flags.add("--json", &o.json, "write results as JSON to this file");
+  flags.add_device(&o.device);
+  add_shape_flag(flags, &o.shape, "model shape (default: small on cpu, llama-3.2-1b on cuda)");
+  flags.add_dtype(&o.dtype, at::kBFloat16);
+  flags.add("--max-len N", &o.max_len,
+            "longest prompt and cache capacity, >= 2 (default 0: 256 on cpu, 2048 on cuda)",
+            /*min=*/0);
+  flags.add("--prompts N", &o.prompts, "random prompt lengths served per pass", /*min=*/1);
+  flags.add("--reps N", &o.reps, "repetitions (fresh sessions each)", /*min=*/1);
+  flags.add("--seed N", &o.seed, "seed of lengths, ids and weights", /*min=*/0);
+  add_threads_flag(flags, &o.threads);
+  add_json_flag(flags, &o.json);
   flags.parse(argc, argv);
-  if (o.threads > 0) at::set_num_threads(o.threads);
+  if (o.max_len == 1) throw FlagError("--max-len: expected 0 (the default) or >= 2 but got 1");
+  set_threads(o.threads);
   const at::Device device = parse_device(o.device);
   const bool cuda = device.is_cuda();
   const std::string shape = o.shape.empty() ? (cuda ? "llama-3.2-1b" : "small") : o.shape;
-  const at::ScalarType dtype = parse_dtype(o.dtype.empty() ? (cuda ? "bf16" : "fp32") : o.dtype);
+  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kBFloat16);
   const int64_t max_len = o.max_len > 0 ? o.max_len : (cuda ? 2048 : 256);
 
   auto model = random_model(shape, dtype, device, static_cast<uint64_t>(o.seed));
@@ -210,7 +212,6 @@ int main(int argc, char** argv) try {
                                                          {"per_length", agreeing(1)},
                                                          {"of", tokens_of[2].size()}})}}));
   return 0;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "statickv_bench_prompts: %s\n", e.what());
-  return 2;
+} catch (...) {
+  return apps::fail("statickv_bench_prompts");
 }

@@ -31,18 +31,19 @@ int main(int argc, char** argv) try {
   int threads = 0;
   Flags flags("statickv_bench_serve",
               "greedy generation server for hf_compare.py (JSON lines on stdin/stdout)");
-  flags.add("--checkpoint", &checkpoint, "Hugging Face checkpoint directory (else --shape)");
-  flags.add("--shape", &shape, "random-weight model shape when no checkpoint");
-  flags.add("--device", &device_name, "auto, cpu or cuda");
-  flags.add("--dtype", &dtype_text, "fp32, fp16 or bf16 (default fp32 on cpu, bf16 on cuda)");
-  flags.add("--mode", &mode_text, "eager, bucketed (graphs on CUDA) or per-length");
-  flags.add("--max-len", &max_len, "cache capacity");
-  flags.add("--threads", &threads, "CPU threads (0: LibTorch's choice)");
+  flags.add("--checkpoint DIR", &checkpoint, "Hugging Face checkpoint directory (else --shape)");
+  add_shape_flag(flags, &shape, "random-weight model shape when no checkpoint");
+  flags.add_device(&device_name);
+  flags.add_dtype(&dtype_text, at::kBFloat16);
+  flags.add_choice("--mode M", &mode_text, {"eager", "bucketed", "graphs", "per-length"},
+                   "eager, bucketed (graphs on CUDA; 'graphs' is the same) or per-length");
+  flags.add("--max-len N", &max_len, "cache capacity", /*min=*/2);
+  add_threads_flag(flags, &threads);
   flags.parse(argc, argv);
-  if (threads > 0) at::set_num_threads(threads);
+  set_threads(threads);
   const at::Device device = parse_device(device_name);
-  const at::ScalarType dtype =
-      parse_dtype(dtype_text.empty() ? (device.is_cuda() ? "bf16" : "fp32") : dtype_text);
+  const at::ScalarType dtype = parse_dtype(dtype_text, device, at::kBFloat16);
+  const ServeMode mode = parse_serve_mode(mode_text);
 
   const auto start = Clock::now();
   std::unique_ptr<reference::LlamaModel> model;
@@ -53,7 +54,12 @@ int main(int argc, char** argv) try {
   } else {
     model = random_model(shape, dtype, device);
   }
-  const ServeMode mode = parse_serve_mode(mode_text);
+  if (model->config().has_sliding()) {
+    throw FlagError(
+        "--checkpoint: expected a model whose layers all attend in full (served "
+        "through a StaticCache) but " +
+        checkpoint + " has sliding-window layers");
+  }
   reference::Generator session(*model, serve_options(mode, max_len), /*max_batch=*/1, max_len);
   std::cout << Json::object({{"ready", true},
                              {"load_s", seconds_since(start, device)},
@@ -91,7 +97,6 @@ int main(int argc, char** argv) try {
     std::cout << reply.dump() << std::endl;
   }
   return 0;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "statickv_bench_serve: %s\n", e.what());
-  return 2;
+} catch (...) {
+  return apps::fail("statickv_bench_serve");
 }

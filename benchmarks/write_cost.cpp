@@ -28,7 +28,7 @@ namespace {
 
 struct Options {
   std::string device = "auto", dtype, batches = "1,16", json;
-  int64_t layers = 16, kv_heads = 8, head_dim = 64;  // Llama-3.2-1B geometry
+  StackShape stack;  // Llama-3.2-1B geometry; heads unused (no attention)
   int64_t context = 512, max_len = 1024, window = 256;
   int rounds = 30, calls = 20, threads = 0;
 };
@@ -38,40 +38,35 @@ struct Options {
 int main(int argc, char** argv) try {
   Options o;
   Flags flags("statickv_bench_write", "cache write cost per layer per step, and prepare() cost");
-  flags.add("--device", &o.device, "auto, cpu or cuda");
-  flags.add("--dtype", &o.dtype, "fp32, fp16 or bf16 (default fp32 on cpu, fp16 on cuda)");
-  flags.add("--batches", &o.batches, "comma-separated live batch sizes (max_batch = largest)");
-  flags.add("--layers", &o.layers, "layers per step");
-  flags.add("--kv-heads", &o.kv_heads, "key/value heads");
-  flags.add("--head-dim", &o.head_dim, "head dimension");
-  flags.add("--context", &o.context, "tokens cached before the step");
-  flags.add("--max-len", &o.max_len, "cache capacity");
-  flags.add("--window", &o.window, "sliding window of the hybrid cache's sliding layers");
-  flags.add("--rounds", &o.rounds, "interleaved samples per variant");
-  flags.add("--calls", &o.calls, "steps per sample");
-  flags.add("--threads", &o.threads, "CPU threads (0: LibTorch's choice)");
-  flags.add("--json", &o.json, "write results as JSON to this file");
+  flags.add_device(&o.device);
+  flags.add_dtype(&o.dtype, at::kHalf);
+  flags.add("--batches LIST", &o.batches, "comma-separated live batch sizes (max_batch = largest)");
+  add_stack_flags(flags, &o.stack, /*with_heads=*/false);
+  flags.add("--context N", &o.context, "tokens cached before the step", /*min=*/1);
+  flags.add("--max-len N", &o.max_len, "cache capacity", /*min=*/2);
+  flags.add("--window N", &o.window, "sliding window of the hybrid cache's sliding layers",
+            /*min=*/1);
+  flags.add("--rounds N", &o.rounds, "interleaved samples per variant", /*min=*/1);
+  flags.add("--calls N", &o.calls, "steps per sample", /*min=*/1);
+  add_threads_flag(flags, &o.threads);
+  add_json_flag(flags, &o.json);
   flags.parse(argc, argv);
-  if (o.threads > 0) at::set_num_threads(o.threads);
+  check_context(o.context, o.max_len);
+  const std::vector<int64_t> batches = parse_int_list("--batches", o.batches, /*min=*/1);
+  set_threads(o.threads);
   c10::InferenceMode inference;  // as inference code runs: no autograd bookkeeping per op
   const at::Device device = parse_device(o.device);
-  const at::ScalarType dtype =
-      parse_dtype(o.dtype.empty() ? (device.is_cuda() ? "fp16" : "fp32") : o.dtype);
-  if (o.context < 1 || o.context >= o.max_len) {
-    throw std::invalid_argument(
-        fmt::format("--context: expected [1, max_len={}) but got {}", o.max_len, o.context));
-  }
-  const std::vector<int64_t> batches = Flags::int_list("--batches", o.batches);
+  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kHalf);
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   const auto opts = at::TensorOptions().dtype(dtype).device(device);
   const auto long_opts = opts.dtype(at::kLong);
-  const int64_t L = o.layers;
+  const int64_t L = o.stack.layers;
   const int64_t p = o.context;  // the position each step writes
 
   CacheConfig base;
   base.num_layers = L;
-  base.num_kv_heads = o.kv_heads;
-  base.head_dim = o.head_dim;
+  base.num_kv_heads = o.stack.kv_heads;
+  base.head_dim = o.stack.head_dim;
   base.max_batch = max_batch;
   base.max_len = o.max_len;
   base.dtype = dtype;
@@ -84,7 +79,7 @@ int main(int argc, char** argv) try {
   fmt::print(
       "statickv write cost: {} layers, {} kv heads x {}, context {}, max_len {}, {} on {}, {} CPU "
       "threads\n",
-      L, o.kv_heads, o.head_dim, o.context, o.max_len, dtype_name(dtype), device.str(),
+      L, o.stack.kv_heads, o.stack.head_dim, o.context, o.max_len, dtype_name(dtype), device.str(),
       at::get_num_threads());
   fmt::print("{} interleaved rounds x {} steps per variant; times per layer per step (K and V)\n",
              o.rounds, o.calls);
@@ -93,8 +88,8 @@ int main(int argc, char** argv) try {
   for (int64_t b : batches) {
     StaticCache shared(base), per_row(base), prep_full(base);
     HybridCache hybrid(hybrid_config), prep_hybrid(hybrid_config);
-    const at::Tensor k = at::randn({b, o.kv_heads, 1, o.head_dim}, opts);
-    const at::Tensor v = at::randn({b, o.kv_heads, 1, o.head_dim}, opts);
+    const at::Tensor k = at::randn({b, o.stack.kv_heads, 1, o.stack.head_dim}, opts);
+    const at::Tensor v = at::randn({b, o.stack.kv_heads, 1, o.stack.head_dim}, opts);
     const at::Tensor pos = at::full({1}, p, long_opts);
     const at::Tensor row_pos = at::full({b, 1}, p, long_opts);
     // Steps are planned once; update() then only writes (what is timed).
@@ -103,10 +98,11 @@ int main(int argc, char** argv) try {
     const StepPlan hybrid_step = hybrid.prepare(pos, b, p + 1);
     std::vector<at::Tensor> slice_k, slice_v, past_k, past_v;
     for (int64_t l = 0; l < L; ++l) {
-      slice_k.push_back(at::zeros({max_batch, o.kv_heads, o.max_len, o.head_dim}, opts));
+      slice_k.push_back(
+          at::zeros({max_batch, o.stack.kv_heads, o.max_len, o.stack.head_dim}, opts));
       slice_v.push_back(at::zeros_like(slice_k.back()));
-      past_k.push_back(at::randn({b, o.kv_heads, o.context, o.head_dim}, opts));
-      past_v.push_back(at::randn({b, o.kv_heads, o.context, o.head_dim}, opts));
+      past_k.push_back(at::randn({b, o.stack.kv_heads, o.context, o.stack.head_dim}, opts));
+      past_v.push_back(at::randn({b, o.stack.kv_heads, o.context, o.stack.head_dim}, opts));
     }
     auto per_layer = [&](auto&& write) {
       return [&, write] {
@@ -159,8 +155,8 @@ int main(int argc, char** argv) try {
                                    {"environment", environment(device)},
                                    {"dtype", dtype_name(dtype)},
                                    {"layers", L},
-                                   {"kv_heads", o.kv_heads},
-                                   {"head_dim", o.head_dim},
+                                   {"kv_heads", o.stack.kv_heads},
+                                   {"head_dim", o.stack.head_dim},
                                    {"context", o.context},
                                    {"max_len", o.max_len},
                                    {"window", o.window},
@@ -169,7 +165,6 @@ int main(int argc, char** argv) try {
                                    {"calls", o.calls},
                                    {"batches", groups}}));
   return 0;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "statickv_bench_write: %s\n", e.what());
-  return 2;
+} catch (...) {
+  return apps::fail("statickv_bench_write");
 }

@@ -1,126 +1,89 @@
 // statickv-demo: runs the reference decoder on a named shape with random
 // weights or on a Hugging Face checkpoint directory, through a static or
 // hybrid cache and the DynamicCache baseline, and reports speed, memory and
-// whether both produced identical tokens. See --help.
+// whether the two runs agree (logits within the dtype's tolerance; tokens
+// equal but for near-ties). See --help.
 
+#include <statickv/apps/compare.hpp>
+#include <statickv/apps/flags.hpp>
 #include <statickv/reference/generate.hpp>
 
 #include <fmt/format.h>
-#include <torch/cuda.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <functional>
-#include <map>
 #include <random>
 #include <sstream>
 #include <stdexcept>
 
 using namespace statickv;
 using namespace statickv::reference;
+using apps::FlagError;
 
 namespace {
 
-const char* kUsage = R"(statickv-demo: the reference decoder through statickv's caches
-
-usage: statickv-demo [flags]
-
-  --checkpoint DIR       Hugging Face checkpoint (config.json + *.safetensors);
-                         default: a named shape with seeded random weights
-  --shape NAME           named shape when no checkpoint: tiny (default), tiny-mistral,
-                         tiny-qwen2, llama-3.2-1b, llama-3.1-8b
-  --device D             auto (default: cuda when available), cpu or cuda
-  --dtype T              fp32, fp16 or bf16 (default fp32 on cpu, bf16 on cuda)
-  --cache C              static, hybrid or dynamic (default: static for all-full
-                         models, hybrid when the model has sliding layers)
-  --prompt-ids IDS       comma-separated token ids, ';' between prompts; prompts may
-                         differ in length (default: --batch random prompts)
-  --batch N              random prompts when --prompt-ids is absent (default 4)
-  --prompt-len N         longest random prompt (default 32; others are shorter)
-  --max-new-tokens N     tokens to generate per prompt (default 32)
-  --temperature X        0 = greedy (default); > 0 samples
-  --top-k N              sample among the N most likely tokens (default 0 = all)
-  --seed N               weights, random prompts and sampling (default 0)
-  --prefill-chunk N      most prompt tokens per prefill pass (default: all the cache allows)
-  --eager                run static/hybrid steps at their exact shapes (default: through
-                         the bucketed GraphRunner, CUDA graphs on a GPU)
-  --no-compare           skip the DynamicCache comparison run
-  --print-ids            print each prompt's generated ids on a line of its own
-  --help                 this text
-)";
-
 struct Options {
   std::string checkpoint, shape = "tiny", device = "auto", dtype, cache, prompt_ids;
-  int64_t batch = 4, prompt_len = 32, max_new_tokens = 32, top_k = 0, prefill_chunk = 0;
+  int64_t batch = 4, prompt_len = 32, max_new_tokens = 32, top_k = 0, prefill_chunk = 0, seed = 0;
   double temperature = 0.0;
-  uint64_t seed = 0;
-  bool compare = true, print_ids = false, eager = false;
+  bool no_compare = false, print_ids = false, eager = false;
 };
-
-int64_t to_int(const std::string& flag, const std::string& value) {
-  size_t used = 0;
-  int64_t v = 0;
-  try {
-    v = std::stoll(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != value.size() || value.empty()) {
-    throw std::invalid_argument(flag + ": expected an integer but got '" + value + "'");
-  }
-  return v;
-}
 
 Options parse(int argc, char** argv) {
   Options o;
-  const std::map<std::string, std::function<void(const std::string&)>> valued = {
-      {"--checkpoint", [&](const std::string& v) { o.checkpoint = v; }},
-      {"--shape", [&](const std::string& v) { o.shape = v; }},
-      {"--device", [&](const std::string& v) { o.device = v; }},
-      {"--dtype", [&](const std::string& v) { o.dtype = v; }},
-      {"--cache", [&](const std::string& v) { o.cache = v; }},
-      {"--prompt-ids", [&](const std::string& v) { o.prompt_ids = v; }},
-      {"--batch", [&](const std::string& v) { o.batch = to_int("--batch", v); }},
-      {"--prompt-len", [&](const std::string& v) { o.prompt_len = to_int("--prompt-len", v); }},
-      {"--max-new-tokens",
-       [&](const std::string& v) { o.max_new_tokens = to_int("--max-new-tokens", v); }},
-      {"--temperature", [&](const std::string& v) { o.temperature = std::stod(v); }},
-      {"--top-k", [&](const std::string& v) { o.top_k = to_int("--top-k", v); }},
-      {"--seed",
-       [&](const std::string& v) { o.seed = static_cast<uint64_t>(to_int("--seed", v)); }},
-      {"--prefill-chunk",
-       [&](const std::string& v) { o.prefill_chunk = to_int("--prefill-chunk", v); }},
-  };
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (arg == "--no-compare") {
-      o.compare = false;
-    } else if (arg == "--eager") {
-      o.eager = true;
-    } else if (arg == "--print-ids") {
-      o.print_ids = true;
-    } else if (auto it = valued.find(arg); it != valued.end()) {
-      if (i + 1 >= argc) throw std::invalid_argument(arg + ": expected a value");
-      try {
-        it->second(argv[++i]);
-      } catch (const std::invalid_argument& e) {
-        const std::string what = e.what();
-        throw std::invalid_argument(
-            what.rfind("--", 0) == 0 ? what : arg + ": bad value '" + argv[i] + "'");
-      }
-    } else {
-      throw std::invalid_argument("unknown flag '" + arg + "' (see --help)");
-    }
+  apps::Flags flags("statickv-demo", "the reference decoder through statickv's caches");
+  flags.add("--checkpoint DIR", &o.checkpoint,
+            "Hugging Face checkpoint (config.json + *.safetensors); default: --shape with seeded "
+            "random weights");
+  flags.add_choice("--shape NAME", &o.shape, named_config_names(),
+                   "named shape when no checkpoint: tiny (default), tiny-mistral, tiny-qwen2, "
+                   "llama-3.2-1b, llama-3.1-8b");
+  flags.add_device(&o.device);
+  flags.add_dtype(&o.dtype, at::kBFloat16);
+  flags.add_choice("--cache C", &o.cache, {"static", "hybrid", "dynamic"},
+                   "static, hybrid or dynamic (default: static for all-full models, hybrid when "
+                   "the model has sliding layers)");
+  flags.add("--prompt-ids IDS", &o.prompt_ids,
+            "comma-separated token ids, ';' between prompts; prompts may differ in length "
+            "(default: --batch random prompts)");
+  flags.add("--batch N", &o.batch, "random prompts when --prompt-ids is absent", /*min=*/1);
+  flags.add("--prompt-len N", &o.prompt_len, "longest random prompt (others are shorter)",
+            /*min=*/1);
+  flags.add("--max-new-tokens N", &o.max_new_tokens, "tokens to generate per prompt", /*min=*/1);
+  flags.add("--temperature X", &o.temperature, "0 = greedy (default); > 0 samples", /*min=*/0.0);
+  flags.add("--top-k N", &o.top_k,
+            "sample among the N most likely tokens (default 0 = all; needs --temperature > 0)",
+            /*min=*/0);
+  flags.add("--seed N", &o.seed, "weights, random prompts and sampling", /*min=*/0);
+  flags.add("--prefill-chunk N", &o.prefill_chunk,
+            "most prompt tokens per prefill pass, in both runs (default 0: all the static or "
+            "hybrid cache takes in one step)",
+            /*min=*/0);
+  flags.add_switch("--eager", &o.eager,
+                   "run static/hybrid steps at their exact shapes (default: through "
+                   "the bucketed GraphRunner, CUDA graphs on a GPU)");
+  flags.add_switch("--no-compare", &o.no_compare, "skip the DynamicCache comparison run");
+  flags.add_switch("--print-ids", &o.print_ids, "print each prompt's generated ids on a line");
+  flags.add_note(
+      "After both runs it compares them (logits within the dtype's tolerance over the steps both\n"
+      "took from the same prefix; a greedy token may differ only at a near tie) and prints a\n"
+      "verdict line. Exit status: 0, 1 when the verdict is MISMATCH, 2 when a flag is refused.");
+  flags.parse(argc, argv);
+  // Flags that would be silently ignored are refused.
+  if (o.top_k > 0 && o.temperature == 0.0) {
+    throw FlagError("--top-k: expected 0 without sampling (--temperature 0 is greedy) but got " +
+                    std::to_string(o.top_k));
   }
-  for (auto [flag, value] : {std::pair{"--batch", o.batch},
-                             {"--prompt-len", o.prompt_len},
-                             {"--max-new-tokens", o.max_new_tokens}}) {
-    if (value < 1) {
-      throw std::invalid_argument(std::string(flag) + ": expected >= 1 but got " +
-                                  std::to_string(value));
+  if (!o.checkpoint.empty() && flags.given("--shape")) {
+    throw FlagError("--shape: expected no --shape with --checkpoint (the checkpoint has its own)");
+  }
+  if (!o.prompt_ids.empty()) {
+    for (const char* flag : {"--batch", "--prompt-len"}) {
+      if (flags.given(flag)) {
+        throw FlagError(std::string(flag) +
+                        ": expected no value with --prompt-ids (it applies to random prompts)");
+      }
     }
   }
   return o;
@@ -137,31 +100,123 @@ std::vector<std::vector<int64_t>> parse_prompts(const std::string& text) {
     while (std::getline(cells, cell, ',')) {
       cell.erase(0, cell.find_first_not_of(' '));
       cell.erase(cell.find_last_not_of(' ') + 1);
-      if (!cell.empty()) ids.push_back(to_int("--prompt-ids", cell));
+      ids.push_back(apps::parse_int("--prompt-ids", cell, /*min=*/0));
     }
-    if (ids.empty()) throw std::invalid_argument("--prompt-ids: a prompt has no token ids");
+    if (ids.empty()) {
+      throw FlagError("--prompt-ids: expected token ids in every prompt but prompt " +
+                      std::to_string(prompts.size()) + " has none");
+    }
     prompts.push_back(std::move(ids));
   }
-  if (prompts.empty()) throw std::invalid_argument("--prompt-ids: expected at least one prompt");
+  if (prompts.empty()) throw FlagError("--prompt-ids: expected at least one prompt but got none");
   return prompts;
 }
 
-at::Device pick_device(const std::string& name) {
-  if (name == "auto") return torch::cuda::is_available() ? at::Device(at::kCUDA, 0) : at::kCPU;
-  if (name == "cpu") return at::kCPU;
-  if (name == "cuda") {
-    if (!torch::cuda::is_available()) throw std::invalid_argument("--device cuda: no CUDA device");
-    return at::Device(at::kCUDA, 0);
+// --batch prompts of seeded random ids, the longest --prompt-len tokens.
+std::vector<std::vector<int64_t>> random_prompts(const Options& o, int64_t vocab_size) {
+  std::vector<std::vector<int64_t>> prompts;
+  std::mt19937_64 rng(static_cast<uint64_t>(o.seed));
+  for (int64_t r = 0; r < o.batch; ++r) {
+    const int64_t len = std::max<int64_t>(1, o.prompt_len - (r * o.prompt_len) / (o.batch + 1));
+    std::vector<int64_t> ids;
+    for (int64_t t = 0; t < len; ++t) {
+      ids.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(vocab_size)));
+    }
+    prompts.push_back(std::move(ids));
   }
-  throw std::invalid_argument("--device: expected auto, cpu or cuda but got '" + name + "'");
+  return prompts;
 }
 
-at::ScalarType pick_dtype(const std::string& name, const at::Device& device) {
-  if (name.empty()) return device.is_cuda() ? at::kBFloat16 : at::kFloat;
-  if (name == "fp32" || name == "float32") return at::kFloat;
-  if (name == "fp16" || name == "float16") return at::kHalf;
-  if (name == "bf16" || name == "bfloat16") return at::kBFloat16;
-  throw std::invalid_argument("--dtype: expected fp32, fp16 or bf16 but got '" + name + "'");
+// What the model cannot take: a static cache for sliding layers, token ids
+// past the vocabulary, positions past max_position_embeddings.
+void check_against_model(const Options& o, const ModelConfig& config,
+                         const std::vector<std::vector<int64_t>>& prompts) {
+  if (o.cache == "static" && config.has_sliding()) {
+    throw FlagError(
+        "--cache: expected hybrid or dynamic for a model with sliding-window layers but got "
+        "static");
+  }
+  // --prompt-ids' prompts, or (none yet) the longest random one.
+  size_t longest = prompts.empty() ? static_cast<size_t>(o.prompt_len) : 0;
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    longest = std::max(longest, prompts[r].size());
+    for (const int64_t id : prompts[r]) {
+      if (id >= config.vocab_size) {
+        throw FlagError(fmt::format(
+            "--prompt-ids: expected token ids in [0, vocab_size={}) but prompt {} has {}",
+            config.vocab_size, r, id));
+      }
+    }
+  }
+  const int64_t positions = config.max_position_embeddings;
+  const std::string prompt_flag = o.prompt_ids.empty() ? "--prompt-len" : "--prompt-ids";
+  if (static_cast<int64_t>(longest) >= positions) {
+    throw FlagError(fmt::format(
+        "{}: expected prompts shorter than the model's max_position_embeddings={} (room for a new "
+        "token) but the longest has {} tokens",
+        prompt_flag, positions, longest));
+  }
+  if (o.max_new_tokens > positions - static_cast<int64_t>(longest)) {
+    throw FlagError(fmt::format(
+        "--max-new-tokens: expected at most {} (max_position_embeddings={} minus the longest "
+        "prompt, {} tokens) but got {}",
+        positions - static_cast<int64_t>(longest), positions, longest, o.max_new_tokens));
+  }
+}
+
+// Prints the comparison (Note [comparing with the baseline]) and its
+// verdict; returns whether the runs agree.
+bool report_comparison(const char* name, const GenerateResult& ours, const GenerateResult& baseline,
+                       at::ScalarType dtype, bool greedy) {
+  const apps::Comparison c =
+      apps::compare_runs(ours.tokens, ours.logits, baseline.tokens, baseline.logits);
+  const apps::Tolerance tol = apps::tolerance_for(dtype);
+  const apps::Verdict verdict = apps::judge(c, tol, greedy);
+  const std::string dtype_text = apps::dtype_name(dtype);
+  fmt::print(
+      "logits vs dynamic: max |difference| {:.3g} over {} steps from the same prefix "
+      "(tolerance {:g} in {})\n",
+      c.max_diff, c.steps, tol.logits, dtype_text);
+  if (c.divergences.empty()) {
+    fmt::print("tokens vs dynamic: identical\n");
+  } else {
+    const apps::Divergence& d = verdict.unexplained ? *verdict.unexplained : c.divergences.front();
+    fmt::print(
+        "tokens vs dynamic: {} of {} prompts differ; {}prompt {}, token {}: {} {}, dynamic {}",
+        c.divergences.size(), ours.tokens.size(), verdict.unexplained ? "" : "first: ", d.prompt,
+        d.step, name, d.ours, d.baseline);
+    if (greedy) {
+      fmt::print(", {:.3g} apart in dynamic's logits ({} {:g})", d.margin,
+                 d.margin <= tol.tie ? "a near tie: <=" : "NOT a near tie: >", tol.tie);
+    }
+    fmt::print("\n");
+  }
+  if (verdict.ok() && c.divergences.empty()) {
+    fmt::print("verdict: OK: {} and dynamic caches agree (logits within {:g}, identical tokens)\n",
+               name, tol.logits);
+  } else if (verdict.ok()) {
+    fmt::print(
+        "verdict: OK: {} and dynamic caches agree within {} rounding (logits within {:g}; tokens "
+        "differ only {})\n",
+        name, dtype_text, tol.logits, greedy ? "at near ties" : "where sampling met rounding");
+  } else {
+    fmt::print("verdict: MISMATCH: {} and dynamic caches disagree ({})\n", name,
+               !verdict.logits_ok
+                   ? fmt::format("logits differ by {:.3g} > {:g}", c.max_diff, tol.logits)
+                   : fmt::format("a greedy token differs where dynamic's margin is {:.3g} > {:g}",
+                                 verdict.unexplained->margin, tol.tie));
+  }
+  return verdict.ok();
+}
+
+// Prompt tokens per prefill pass of a static/hybrid session: --prefill-chunk
+// (0: no limit) capped by what its cache takes in one step (a hybrid cache's
+// sliding window), as Generator does. The baseline is given the same chunk,
+// so the two prefill times compare like for like.
+int64_t prefill_chunk_of(const LlamaModel& model, int64_t rows, int64_t max_len, int64_t flag) {
+  CacheConfig config = model.cache_config(rows, max_len);
+  config.max_chunk = flag > 0 ? std::min(flag, max_len) : 0;
+  return config.chunk_limit();
 }
 
 std::string bytes(int64_t n) {
@@ -182,44 +237,42 @@ void report(const char* name, const GenerateResult& r, int64_t rows) {
 
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
-  const at::Device device = pick_device(o.device);
-  const at::ScalarType dtype = pick_dtype(o.dtype, device);
+  const at::Device device = apps::parse_device(o.device);
+  const at::ScalarType dtype = apps::parse_dtype(o.dtype, device, at::kBFloat16);
+  std::vector<std::vector<int64_t>> prompts;
+  if (!o.prompt_ids.empty()) prompts = parse_prompts(o.prompt_ids);
 
+  // Checked against the model's config before any work: before random
+  // prompts are drawn and a named shape's weights are.
+  auto prepare = [&](const ModelConfig& config) {
+    check_against_model(o, config, prompts);
+    if (prompts.empty()) prompts = random_prompts(o, config.vocab_size);
+  };
   std::unique_ptr<LlamaModel> model;
   std::string source;
   if (!o.checkpoint.empty()) {
     Checkpoint ckpt = load_checkpoint(o.checkpoint, dtype, device);
+    prepare(ckpt.config);
     model = std::make_unique<LlamaModel>(ckpt.config, std::move(ckpt.weights));
     source = o.checkpoint;
   } else {
     const ModelConfig config = named_config(o.shape);
-    model = std::make_unique<LlamaModel>(config, random_weights(config, o.seed, dtype, device));
+    prepare(config);
+    model = std::make_unique<LlamaModel>(
+        config, random_weights(config, static_cast<uint64_t>(o.seed), dtype, device));
     source = o.shape + " (random weights, seed " + std::to_string(o.seed) + ")";
   }
   const ModelConfig& config = model->config();
 
-  std::vector<std::vector<int64_t>> prompts;
-  if (!o.prompt_ids.empty()) {
-    prompts = parse_prompts(o.prompt_ids);
-  } else {
-    std::mt19937_64 rng(o.seed);
-    for (int64_t r = 0; r < o.batch; ++r) {
-      const int64_t len = std::max<int64_t>(1, o.prompt_len - (r * o.prompt_len) / (o.batch + 1));
-      std::vector<int64_t> ids;
-      for (int64_t t = 0; t < len; ++t) {
-        ids.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(config.vocab_size)));
-      }
-      prompts.push_back(std::move(ids));
-    }
-  }
-
+  const bool compare = !o.no_compare && o.cache != "dynamic";
   GenerateOptions options;
   options.max_new_tokens = o.max_new_tokens;
   options.temperature = o.temperature;
   options.top_k = o.top_k;
-  options.seed = o.seed;
+  options.seed = static_cast<uint64_t>(o.seed);
   options.prefill_chunk = o.prefill_chunk;
   options.bucketed = !o.eager;
+  options.record_logits = compare;
   options.cache = o.cache.empty() ? (config.has_sliding() ? CacheKind::kHybrid : CacheKind::kStatic)
                                   : parse_cache_kind(o.cache);
   // Progress on runs longer than a couple of seconds, on stderr.
@@ -235,37 +288,41 @@ int main(int argc, char** argv) try {
 
   size_t longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, p.size());
+  const int64_t rows = static_cast<int64_t>(prompts.size());
+  const int64_t max_len = static_cast<int64_t>(longest) + o.max_new_tokens;
+  const int64_t chunk = options.cache == CacheKind::kDynamic
+                            ? (o.prefill_chunk > 0 ? std::min(o.prefill_chunk, max_len) : max_len)
+                            : prefill_chunk_of(*model, rows, max_len, o.prefill_chunk);
   fmt::print("statickv-demo: {} | {} layers ({}), {} heads / {} kv x {} | {} on {}\n", source,
              config.num_hidden_layers, config.has_sliding() ? "with sliding layers" : "all full",
              config.num_attention_heads, config.num_key_value_heads, config.head_dim,
-             dtype == at::kFloat  ? "fp32"
-             : dtype == at::kHalf ? "fp16"
-                                  : "bf16",
-             device.str());
-  fmt::print("{} prompts (longest {} tokens), {} new tokens each, {}\n", prompts.size(), longest,
-             o.max_new_tokens, o.temperature > 0 ? "sampling" : "greedy");
+             apps::dtype_name(dtype), device.str());
+  fmt::print("{} prompts (longest {} tokens), {} new tokens each, {}; prefill {}{}\n",
+             prompts.size(), longest, o.max_new_tokens, o.temperature > 0 ? "sampling" : "greedy",
+             chunk >= static_cast<int64_t>(longest) ? std::string("in one pass")
+                                                    : fmt::format("in passes of {} tokens", chunk),
+             compare ? " (both runs)" : "");
 
   // Each cache kind runs in its own session, warmed up by one untimed call:
   // the first pass pays one-time costs (thread pools, kernel selection, CUDA
   // graph capture for the keys this run uses) that are not the cache's.
-  const int64_t rows = static_cast<int64_t>(prompts.size());
-  const int64_t max_len = static_cast<int64_t>(longest) + o.max_new_tokens;
   auto timed = [&](const GenerateOptions& opts) {
     Generator session(*model, opts, rows, max_len);
     session.generate(prompts);
     return session.generate(prompts);
   };
   const GenerateResult main_run = timed(options);
-  report(to_string(options.cache), main_run, static_cast<int64_t>(prompts.size()));
-  if (o.compare && options.cache != CacheKind::kDynamic) {
+  report(to_string(options.cache), main_run, rows);
+  bool agree = true;
+  if (compare) {
     GenerateOptions dyn = options;
     dyn.cache = CacheKind::kDynamic;
+    dyn.prefill_chunk = chunk;  // the same passes as the static/hybrid run
     dyn.on_step = nullptr;
     const GenerateResult baseline = timed(dyn);
-    report("dynamic", baseline, static_cast<int64_t>(prompts.size()));
-    const bool same = baseline.tokens == main_run.tokens;
-    fmt::print("{} and dynamic caches produced identical tokens: {}\n", to_string(options.cache),
-               same ? "yes" : "NO");
+    report("dynamic", baseline, rows);
+    agree = report_comparison(to_string(options.cache), main_run, baseline, dtype,
+                              /*greedy=*/o.temperature == 0.0);
   }
   if (o.print_ids) {
     for (const auto& row : main_run.tokens) {
@@ -274,11 +331,7 @@ int main(int argc, char** argv) try {
       std::puts(line.c_str());
     }
   }
-  return 0;
-} catch (const c10::Error& e) {
-  std::fprintf(stderr, "statickv-demo: %s\n", e.what_without_backtrace());
-  return 2;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "statickv-demo: %s\n", e.what());
-  return 2;
+  return agree ? 0 : 1;
+} catch (...) {
+  return apps::fail("statickv-demo");
 }

@@ -223,7 +223,7 @@ GenerateResult Generator::generate(const std::vector<std::vector<int64_t>>& prom
       dynamic = std::make_unique<DynamicCache>(config, options.kernel);
       backend = dynamic.get();
     }
-    const int64_t chunk = s.cache ? s.chunk : longest;
+    const int64_t chunk = s.chunk;  // the dynamic baseline honours prefill_chunk too
     const at::Device device = model.device();
     GraphRunner* prefill_runner = s.prefill_runner.get();
     GraphRunner* decode_runner = s.decode_runner.get();

@@ -1,0 +1,160 @@
+"""Runs statickv's programs with flags they cannot honour and requires each
+to refuse: exit status 2, nothing on stdout, and one line on stderr that
+starts with the program's name and names the flag and the value.
+
+usage: check_flags.py NAME=PATH...   (NAME: a CMake target, e.g. statickv-demo)
+
+Programs not given (not built) are skipped; their cases are not counted.
+"""
+
+import subprocess
+import sys
+
+# (program, arguments, substrings the error message must contain)
+CASES = [
+    # statickv-demo: the acceptance list of issue #12, then one case per kind of check.
+    ("statickv-demo", ["--temperature", "1e999"],
+     ["--temperature: expected a finite number >= 0 but got 1e999"]),
+    ("statickv-demo", ["--temperature", "0.5garbage"],
+     ["--temperature: expected a finite number >= 0 but got '0.5garbage'"]),
+    ("statickv-demo", ["--temperature", "-1"],
+     ["--temperature: expected a finite number >= 0 but got -1"]),
+    ("statickv-demo", ["--temperature", "nan"],
+     ["--temperature: expected a finite number >= 0 but got nan"]),
+    ("statickv-demo", ["--temperature", "inf"], ["--temperature:", "got inf"]),
+    ("statickv-demo", ["--top-k", "-3"], ["--top-k: expected an integer >= 0 but got -3"]),
+    ("statickv-demo", ["--top-k", "0.5garbage"], ["--top-k: expected an integer", "'0.5garbage'"]),
+    ("statickv-demo", ["--prefill-chunk", "-5"],
+     ["--prefill-chunk: expected an integer >= 0 but got -5"]),
+    ("statickv-demo", ["--top-k", "5"], ["--top-k: expected 0 without sampling", "got 5"]),
+    ("statickv-demo", ["--batch", "0"], ["--batch: expected an integer >= 1 but got 0"]),
+    ("statickv-demo", ["--max-new-tokens", "99999999999999999999"],
+     ["--max-new-tokens: expected an integer >= 1 but got 99999999999999999999 (too large)"]),
+    ("statickv-demo", ["--max-new-tokens", "100000"],
+     ["--max-new-tokens: expected at most", "max_position_embeddings=256", "got 100000"]),
+    ("statickv-demo", ["--prompt-len", "300"], ["--prompt-len:", "max_position_embeddings=256"]),
+    ("statickv-demo", ["--seed", "-1"], ["--seed: expected an integer >= 0 but got -1"]),
+    ("statickv-demo", ["--seed", " 1"], ["--seed: expected an integer", "' 1'"]),
+    ("statickv-demo", ["--shape", "llama-9"], ["--shape: expected tiny,", "got 'llama-9'"]),
+    ("statickv-demo", ["--device", "gpu"], ["--device: expected auto, cpu or cuda but got 'gpu'"]),
+    ("statickv-demo", ["--dtype", "fp8"], ["--dtype: expected fp32,", "got 'fp8'"]),
+    ("statickv-demo", ["--cache", "paged"], ["--cache: expected static, hybrid or dynamic",
+                                             "got 'paged'"]),
+    ("statickv-demo", ["--shape", "tiny-mistral", "--cache", "static"],
+     ["--cache: expected hybrid or dynamic", "got static"]),
+    ("statickv-demo", ["--prompt-ids", "1,x"], ["--prompt-ids: expected an integer >= 0",
+                                                "'x'"]),
+    ("statickv-demo", ["--prompt-ids", "1,,2"], ["--prompt-ids: expected an integer", "''"]),
+    ("statickv-demo", ["--prompt-ids", "1;;2"], ["--prompt-ids:", "prompt 1 has none"]),
+    ("statickv-demo", ["--prompt-ids", "5,999999"],
+     ["--prompt-ids: expected token ids in [0, vocab_size=", "999999"]),
+    ("statickv-demo", ["--prompt-ids", "1,2", "--batch", "3"], ["--batch: expected no value"]),
+    ("statickv-demo", ["--checkpoint", "/nonexistent", "--shape", "tiny"], ["--shape:"]),
+    ("statickv-demo", ["--eager=1"], ["--eager: expected no value", "'1'"]),
+    ("statickv-demo", ["--max-new-tokens"], ["--max-new-tokens: expected a value but got none"]),
+    ("statickv-demo", ["--temperature", "--top-k"], ["--temperature: expected a value",
+                                                     "'--top-k'"]),
+    ("statickv-demo", ["--bogus", "1"], ["unknown flag '--bogus'"]),
+    ("statickv-demo", ["stray"], ["unexpected argument 'stray'"]),
+    ("statickv-demo", ["--temperature=abc"], ["--temperature:", "'abc'"]),
+    ("statickv-demo", ["--prompt-ids", ""], ["--prompt-ids: expected a value but got ''"]),
+    # statickv_bench_decode
+    ("statickv_bench_decode", ["--rounds", "0"], ["--rounds: expected an integer >= 1 but got 0"]),
+    ("statickv_bench_decode", ["--calls", "3x"], ["--calls: expected an integer >= 1", "'3x'"]),
+    ("statickv_bench_decode", ["--threads", "-1"], ["--threads: expected an integer >= 0",
+                                                    "got -1"]),
+    ("statickv_bench_decode", ["--rounds", "4294967297"],
+     ["--rounds: expected an integer >= 1 but got 4294967297 (too large)"]),
+    ("statickv_bench_decode", ["--heads", "30"], ["--heads: expected a multiple of --kv-heads=8",
+                                                  "got 30"]),
+    ("statickv_bench_decode", ["--context", "4096"], ["--context: expected a value in [1, "
+                                                      "max_len=4096) but got 4096"]),
+    ("statickv_bench_decode", ["--dtype", "half"], ["--dtype:", "'half'"]),
+    ("statickv_bench_decode", ["--json", "/nonexistent/dir/out.json"],
+     ["--json: expected a file in an existing folder", "/nonexistent/dir/out.json"]),
+    # statickv_bench_memory
+    ("statickv_bench_memory", ["--max-len", "0"], ["--max-len: expected an integer >= 1",
+                                                   "got 0"]),
+    ("statickv_bench_memory", ["--max-chunk", "abc"], ["--max-chunk: expected an integer",
+                                                       "'abc'"]),
+    ("statickv_bench_memory", ["--max-len", "64", "--max-chunk", "128"],
+     ["--max-chunk: expected at most max_len=64 but got 128"]),
+    ("statickv_bench_memory", ["--max-batch", "-2"], ["--max-batch:", "got -2"]),
+    # statickv_bench_write
+    ("statickv_bench_write", ["--batches", "1,,16"], ["--batches: expected comma-separated",
+                                                      "'1,,16'"]),
+    ("statickv_bench_write", ["--batches", "0,4"], ["--batches: expected an integer >= 1",
+                                                    "got 0"]),
+    ("statickv_bench_write", ["--window", "0"], ["--window: expected an integer >= 1", "got 0"]),
+    ("statickv_bench_write", ["--calls", "2.5"], ["--calls: expected an integer", "'2.5'"]),
+    # statickv_bench_context
+    ("statickv_bench_context", ["--contexts", "1"], ["--contexts: expected an integer in [2, 4096]",
+                                                     "got 1"]),
+    ("statickv_bench_context", ["--max-len", "256", "--contexts", "128,512"],
+     ["--contexts: expected an integer in [2, 256] but got 512"]),
+    ("statickv_bench_context", ["--contexts="], ["--contexts: expected a value but got ''"]),
+    ("statickv_bench_context", ["--graphs", "--device", "cpu"],
+     ["--graphs: expected a CUDA device", "cpu"]),
+    ("statickv_bench_context", ["--graphs=yes"], ["--graphs: expected no value", "'yes'"]),
+    # statickv_bench_model
+    ("statickv_bench_model", ["--shape", "tiny-mistral"], ["--shape: expected", "small",
+                                                           "'tiny-mistral'"]),
+    ("statickv_bench_model", ["--context", "0"], ["--context: expected an integer >= 1",
+                                                  "got 0"]),
+    ("statickv_bench_model", ["--context", "64", "--max-len", "64"],
+     ["--context: expected a value in [1, max_len=64) but got 64"]),
+    ("statickv_bench_model", ["--max-batch", "0"], ["--max-batch: expected an integer >= 1"]),
+    # statickv_bench_prompts
+    ("statickv_bench_prompts", ["--prompts", "0"], ["--prompts: expected an integer >= 1"]),
+    ("statickv_bench_prompts", ["--reps", "-1"], ["--reps: expected an integer >= 1",
+                                                  "got -1"]),
+    ("statickv_bench_prompts", ["--max-len", "1"], ["--max-len: expected 0", ">= 2 but got 1"]),
+    ("statickv_bench_prompts", ["--seed", "1e3"], ["--seed: expected an integer", "'1e3'"]),
+    # statickv_bench_serve
+    ("statickv_bench_serve", ["--mode", "fast"], ["--mode: expected eager,", "'fast'"]),
+    ("statickv_bench_serve", ["--max-len", "1"], ["--max-len: expected an integer >= 2",
+                                                  "got 1"]),
+    ("statickv_bench_serve", ["--threads", "x"], ["--threads: expected an integer", "'x'"]),
+]
+
+
+def main():
+    programs = dict(arg.split("=", 1) for arg in sys.argv[1:])
+    if not programs:
+        raise SystemExit(__doc__)
+    failures, ran = [], 0
+    for program, args, expected in CASES:
+        if program not in programs:
+            continue
+        ran += 1
+        command = [programs[program], *args]
+        run = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                             stdin=subprocess.DEVNULL)
+        problems = []
+        if run.returncode != 2:
+            problems.append(f"exit status {run.returncode}, expected 2")
+        if run.stdout:
+            problems.append("wrote to stdout (it should refuse before any work)")
+        lines = run.stderr.strip().splitlines()
+        if len(lines) != 1 or not lines[0].startswith(program + ": "):
+            problems.append("expected one stderr line starting with the program's name")
+        for text in expected:
+            if text not in run.stderr:
+                problems.append(f"stderr lacks {text!r}")
+        status = "FAIL" if problems else "ok  "
+        print(f"{status} {program} {' '.join(args)}\n       {run.stderr.strip()}")
+        if problems:
+            failures.append((command, problems, run))
+    for command, problems, run in failures:
+        print(f"\nFAILED: {' '.join(command)}")
+        for p in problems:
+            print(f"  {p}")
+        print(f"  stdout: {run.stdout.strip()[:2000]}\n  stderr: {run.stderr.strip()[:2000]}")
+    skipped = sorted(set(p for p, _, _ in CASES) - set(programs))
+    print(f"\n{ran - len(failures)} of {ran} cases refused as expected"
+          + (f"; not built, skipped: {', '.join(skipped)}" if skipped else ""))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
