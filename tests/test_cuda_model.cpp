@@ -21,8 +21,7 @@ TEST_CASE("on CUDA, graph-replayed generation equals eager generation", "[cuda][
     options.bucketed = false;
     const GenerateResult eager = generate(model, prompts, options);
     options.bucketed = true;
-    options.max_batch = 8;
-    const GenerateResult graphed = generate(model, prompts, options);
+    const GenerateResult graphed = generate(model, prompts, options, /*max_batch=*/8);
     INFO(shape);
     CHECK(graphed.tokens == eager.tokens);
     for (size_t r = 0; r < prompts.size(); ++r) {

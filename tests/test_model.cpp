@@ -219,9 +219,8 @@ TEST_CASE("generate and the model reject bad arguments by name", "[model][errors
   options.max_new_tokens = 0;
   require_error([&] { generate(model, {{1}}, options); }, {"max_new_tokens", "got 0"});
   options.max_new_tokens = 4;
-  options.max_len = 3;
-  require_error([&] { generate(model, {{1}}, options); }, {"max_len", "got 3"});
-  options.max_len = 0;
+  require_error([&] { generate(model, {{1}}, options, /*max_batch=*/0, /*max_len=*/3); },
+                {"max_len", "got 3"});
   options.max_new_tokens = std::numeric_limits<int64_t>::max();
   require_error(
       [&] {
@@ -252,7 +251,6 @@ TEST_CASE("generate and the model reject bad arguments by name", "[model][errors
                   {"attend_buckets", "largest bucket of 16", "got 8"});
   }
   const LlamaModel sliding = make_model("tiny-mistral");
-  options.max_len = 0;
   options.cache = CacheKind::kStatic;
   require_error([&] { generate(sliding, {{1}}, options); }, {"cache", "static"});
   ModelConfig config = named_config("tiny");
@@ -299,8 +297,8 @@ TEST_CASE("bucketed generation (the GraphRunner path) equals plain eager generat
     options.bucketed = false;
     const GenerateResult plain = generate(model, prompts, options);
     options.bucketed = true;
-    options.max_batch = 6;  // 3 live rows padded to a bucket of 4 in a 6-row cache
-    const GenerateResult bucketed = generate(model, prompts, options);
+    // 3 live rows padded to a bucket of 4 in a 6-row cache.
+    const GenerateResult bucketed = generate(model, prompts, options, /*max_batch=*/6);
     INFO(shape);
     CHECK(bucketed.tokens == plain.tokens);
     for (size_t r = 0; r < prompts.size(); ++r) {

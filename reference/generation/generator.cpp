@@ -162,152 +162,226 @@ RunnerStats Generator::decode_stats() const {
 }
 
 GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<int64_t>>& prompts,
-                        const GenerateOptions& options) {
+                        const GenerateOptions& options, int64_t max_batch, int64_t max_len) {
   TORCH_CHECK(!prompts.empty(), "prompts: expected at least one prompt but got none");
   size_t longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, p.size());
   const int64_t b = static_cast<int64_t>(prompts.size());
-  TORCH_CHECK(options.max_batch == 0 || options.max_batch >= b, "max_batch: expected 0 or >= ", b,
-              " (the number of prompts) but got ", options.max_batch);
-  TORCH_CHECK(options.max_len > 0 || options.max_new_tokens <= std::numeric_limits<int64_t>::max() -
-                                                                   static_cast<int64_t>(longest),
+  TORCH_CHECK(max_batch == 0 || max_batch >= b, "max_batch: expected 0 or >= ", b,
+              " (the number of prompts) but got ", max_batch);
+  TORCH_CHECK(max_len > 0 || options.max_new_tokens <= std::numeric_limits<int64_t>::max() -
+                                                           static_cast<int64_t>(longest),
               "max_new_tokens: expected a value whose sum with the longest prompt (", longest,
               ") fits in int64 but got ", options.max_new_tokens);
-  const int64_t max_len = options.max_len > 0 ? options.max_len
-                                              : static_cast<int64_t>(longest) +
-                                                    std::max<int64_t>(options.max_new_tokens, 1);
-  Generator session(model, options, std::max(b, options.max_batch), max_len);
+  const int64_t len =
+      max_len > 0 ? max_len
+                  : static_cast<int64_t>(longest) + std::max<int64_t>(options.max_new_tokens, 1);
+  Generator session(model, options, std::max(b, max_batch), len);
   return session.generate(prompts);
 }
 
-GenerateResult Generator::generate(const std::vector<std::vector<int64_t>>& prompts,
-                                   int64_t max_new_tokens) {
-  State& s = *state_;
-  const LlamaModel& model = s.model;
-  const GenerateOptions& options = s.options;
-  const ModelConfig& config = model.config();
+namespace {
+
+/// Checks a call's prompts against the session and returns their lengths.
+std::vector<int64_t> check_prompts(const std::vector<std::vector<int64_t>>& prompts,
+                                   int64_t vocab_size, int64_t max_batch, int64_t max_len,
+                                   int64_t new_tokens) {
   const int64_t b = static_cast<int64_t>(prompts.size());
-  TORCH_CHECK(max_new_tokens >= 0, "max_new_tokens: expected >= 0 (0 = the session's ",
-              options.max_new_tokens, ") but got ", max_new_tokens);
-  const int64_t new_tokens = max_new_tokens > 0 ? max_new_tokens : options.max_new_tokens;
   TORCH_CHECK(b >= 1, "prompts: expected at least one prompt but got none");
-  TORCH_CHECK(b <= s.max_batch, "prompts: expected at most max_batch=", s.max_batch,
+  TORCH_CHECK(b <= max_batch, "prompts: expected at most max_batch=", max_batch,
               " prompts but got ", b);
   std::vector<int64_t> lens;
   for (int64_t r = 0; r < b; ++r) {
     const auto& prompt = prompts[static_cast<size_t>(r)];
     TORCH_CHECK(!prompt.empty(), "prompts[", r, "]: expected at least one token but got none");
     for (size_t t = 0; t < prompt.size(); ++t) {
-      TORCH_CHECK(prompt[t] >= 0 && prompt[t] < config.vocab_size, "prompts[", r, "][", t,
-                  "]: expected a token id in [0, vocab_size=", config.vocab_size, ") but got ",
-                  prompt[t]);
+      TORCH_CHECK(prompt[t] >= 0 && prompt[t] < vocab_size, "prompts[", r, "][", t,
+                  "]: expected a token id in [0, vocab_size=", vocab_size, ") but got ", prompt[t]);
     }
     lens.push_back(static_cast<int64_t>(prompt.size()));
   }
   const int64_t longest = *std::max_element(lens.begin(), lens.end());
   // Compared as new_tokens <= max_len - longest: the sum may not fit in int64.
-  TORCH_CHECK(new_tokens <= s.max_len - longest, "max_len: expected at least ", longest, " + ",
-              new_tokens, " (longest prompt + max_new_tokens) but got ", s.max_len);
+  TORCH_CHECK(new_tokens <= max_len - longest, "max_len: expected at least ", longest, " + ",
+              new_tokens, " (longest prompt + max_new_tokens) but got ", max_len);
+  return lens;
+}
 
+/// What one generate() call keeps per row: the tokens so far, whether the
+/// row is done, and (record_logits) each token's logits.
+struct Rows {
+  std::vector<std::vector<int64_t>> tokens;
+  std::vector<std::vector<at::Tensor>> logits;
+  std::vector<bool> done;
+
+  explicit Rows(size_t b) : tokens(b), logits(b), done(b, false) {}
+  bool all_done() const {
+    return std::all_of(done.begin(), done.end(), [](bool d) { return d; });
+  }
+};
+
+/// One generate() call: the model, the backend or runners its passes go
+/// through, and the sampling state. prefill / decode_one_token /
+/// decode_n_tokens below are its phases.
+struct Call {
+  const LlamaModel& model;
+  const GenerateOptions& options;
+  AttentionBackend* backend;  // eager passes
+  GraphRunner* prefill_runner;
+  GraphRunner* decode_runner;
+  int64_t new_tokens;
+  at::Generator generator;
+
+  at::Tensor forward(GraphRunner* runner, const at::Tensor& ids, const at::Tensor& pos,
+                     int64_t attend, Logits which) const {
+    const at::Device device = model.device();
+    if (runner) return runner->run({ids.to(device), pos.to(device)}, attend)[0];
+    return model.forward(ids.to(device), pos.to(device), *backend, attend, which);
+  }
+
+  bool is_eos(int64_t id) const {
+    const auto& eos = model.config().eos_token_ids;
+    return std::find(eos.begin(), eos.end(), id) != eos.end();
+  }
+
+  /// Records each live row's next token from logits [b, vocab].
+  void accept(Rows& rows, const at::Tensor& row_logits) {
+    const std::vector<int64_t> next = pick(row_logits, options, generator);
+    const at::Tensor kept = options.record_logits ? row_logits.cpu() : at::Tensor();
+    for (size_t r = 0; r < rows.done.size(); ++r) {
+      if (rows.done[r]) continue;
+      rows.tokens[r].push_back(next[r]);
+      if (options.record_logits) rows.logits[r].push_back(kept[static_cast<int64_t>(r)].clone());
+      if (static_cast<int64_t>(rows.tokens[r].size()) >= new_tokens ||
+          (options.stop_at_eos && is_eos(next[r]))) {
+        rows.done[r] = true;
+      }
+    }
+  }
+};
+
+/// One prefill pass's inputs [b, q] (host) over prompt tokens
+/// [begin, begin + q), padded with position -1 past each prompt, and the
+/// rows whose prompt ends in this pass.
+struct PrefillChunk {
+  at::Tensor ids, positions;
+  std::vector<int64_t> ending;
+};
+
+PrefillChunk pack_prefill_chunk(const std::vector<std::vector<int64_t>>& prompts,
+                                const std::vector<int64_t>& lens, int64_t begin, int64_t q) {
+  const int64_t b = static_cast<int64_t>(prompts.size());
+  std::vector<int64_t> ids(static_cast<size_t>(b * q), 0), pos(ids.size(), -1);
+  PrefillChunk chunk;
+  for (int64_t r = 0; r < b; ++r) {
+    const int64_t real = std::max<int64_t>(0, std::min(q, lens[r] - begin));
+    for (int64_t t = 0; t < real; ++t) {
+      ids[r * q + t] = prompts[r][begin + t];
+      pos[r * q + t] = begin + t;
+    }
+    if (lens[r] > begin && lens[r] <= begin + q) chunk.ending.push_back(r);
+  }
+  chunk.ids = host_tensor(std::move(ids), b, q);
+  chunk.positions = host_tensor(std::move(pos), b, q);
+  return chunk;
+}
+
+/// Every row at its own positions, in passes of `chunk` prompt tokens. Each
+/// pass returns each row's newest token's logits; a row's last prompt token
+/// is in the pass that reaches its length. Returns [b, vocab] on the device.
+at::Tensor prefill(const Call& call, const std::vector<std::vector<int64_t>>& prompts,
+                   const std::vector<int64_t>& lens, int64_t chunk) {
+  const int64_t longest = *std::max_element(lens.begin(), lens.end());
+  at::Tensor last;
+  for (int64_t begin = 0; begin < longest; begin += chunk) {
+    const int64_t q = std::min(chunk, longest - begin);
+    const PrefillChunk in = pack_prefill_chunk(prompts, lens, begin, q);
+    const at::Tensor out = call.forward(call.prefill_runner, in.ids, in.positions,
+                                        /*attend=*/begin + q, Logits::kLast);
+    if (!last.defined()) {
+      last = out.clone();
+    } else {
+      const at::Tensor rows =
+          at::tensor(in.ending, at::TensorOptions().dtype(at::kLong)).to(out.device());
+      last.index_copy_(0, rows, out.index_select(0, rows));
+    }
+  }
+  return last;
+}
+
+/// One token for every live row; finished rows ride along as padding.
+/// Returns logits [b, vocab].
+at::Tensor decode_one_token(const Call& call, const Rows& rows, const std::vector<int64_t>& lens) {
+  const int64_t b = static_cast<int64_t>(lens.size());
+  std::vector<int64_t> ids(static_cast<size_t>(b), 0), pos(ids.size(), -1);
+  int64_t attend = 1;
+  for (int64_t r = 0; r < b; ++r) {
+    if (rows.done[r]) continue;
+    ids[r] = rows.tokens[r].back();
+    pos[r] = lens[r] + static_cast<int64_t>(rows.tokens[r].size()) - 1;
+    attend = std::max(attend, pos[r] + 1);
+  }
+  return call
+      .forward(call.decode_runner, host_tensor(std::move(ids), b, 1),
+               host_tensor(std::move(pos), b, 1), attend, Logits::kAll)
+      .select(1, 0);
+}
+
+/// Decodes until every row is done or has new_tokens tokens; returns the
+/// number of steps taken.
+int64_t decode_n_tokens(Call& call, Rows& rows, const std::vector<int64_t>& lens) {
+  const int64_t planned = call.new_tokens - 1;
+  int64_t steps = 0;
+  for (; steps < planned && !rows.all_done(); ++steps) {
+    call.accept(rows, decode_one_token(call, rows, lens));
+    if (call.options.on_step) call.options.on_step(steps + 1, planned);
+  }
+  return steps;
+}
+
+}  // namespace
+
+GenerateResult Generator::generate(const std::vector<std::vector<int64_t>>& prompts,
+                                   int64_t max_new_tokens) {
+  State& s = *state_;
+  TORCH_CHECK(max_new_tokens >= 0, "max_new_tokens: expected >= 0 (0 = the session's ",
+              s.options.max_new_tokens, ") but got ", max_new_tokens);
+  const int64_t new_tokens = max_new_tokens > 0 ? max_new_tokens : s.options.max_new_tokens;
+  const std::vector<int64_t> lens =
+      check_prompts(prompts, s.model.config().vocab_size, s.max_batch, s.max_len, new_tokens);
   GenerateResult result;
-  result.tokens.resize(static_cast<size_t>(b));
-  std::vector<std::vector<at::Tensor>> logits(static_cast<size_t>(b));
+  Rows rows(prompts.size());
   {
     c10::InferenceMode inference;
-    // A fresh start for every row: bookkeeping only, the buffers stay put.
+    // A fresh start for every row (Note [a reset row is a fresh row]).
     std::unique_ptr<DynamicCache> dynamic;
     AttentionBackend* backend = s.cache_backend.get();
     if (s.cache) {
       s.cache->reset_rows(at::arange(s.max_batch, at::TensorOptions().dtype(at::kLong)));
     } else {
-      dynamic = std::make_unique<DynamicCache>(config, options.kernel);
+      dynamic = std::make_unique<DynamicCache>(s.model.config(), s.options.kernel);
       backend = dynamic.get();
     }
-    const int64_t chunk = s.chunk;  // the dynamic baseline honours prefill_chunk too
-    const at::Device device = model.device();
-    GraphRunner* prefill_runner = s.prefill_runner.get();
-    GraphRunner* decode_runner = s.decode_runner.get();
-    auto forward = [&](GraphRunner* runner, const at::Tensor& ids, const at::Tensor& pos,
-                       int64_t attend, Logits which) {
-      if (runner) return runner->run({ids.to(device), pos.to(device)}, attend)[0];
-      return model.forward(ids.to(device), pos.to(device), *backend, attend, which);
-    };
-    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
-    std::vector<bool> done(static_cast<size_t>(b), false);
-    auto is_eos = [&](int64_t id) {
-      return std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), id) !=
-             config.eos_token_ids.end();
-    };
-    // Records each row's new token (rows already done get nothing).
-    auto accept = [&](const at::Tensor& row_logits) {
-      const std::vector<int64_t> next = pick(row_logits, options, generator);
-      const at::Tensor kept = options.record_logits ? row_logits.cpu() : at::Tensor();
-      for (int64_t r = 0; r < b; ++r) {
-        if (done[r]) continue;
-        result.tokens[r].push_back(next[r]);
-        if (options.record_logits) logits[r].push_back(kept[r].clone());
-        if (static_cast<int64_t>(result.tokens[r].size()) >= new_tokens ||
-            (options.stop_at_eos && is_eos(next[r]))) {
-          done[r] = true;
-        }
-      }
-    };
-
-    // Prefill: every row at its own positions, padded with -1 past its
-    // prompt. Each pass returns each row's newest token's logits; a row's
-    // last prompt token is in the pass that reaches its length.
+    Call call{s.model,
+              s.options,
+              backend,
+              s.prefill_runner.get(),
+              s.decode_runner.get(),
+              new_tokens,
+              at::make_generator<at::CPUGeneratorImpl>(s.options.seed)};
+    const at::Device device = s.model.device();
     auto start = Clock::now();
-    at::Tensor last;  // [b, vocab] on the device
-    for (int64_t begin = 0; begin < longest; begin += chunk) {
-      const int64_t q = std::min(chunk, longest - begin);
-      std::vector<int64_t> ids(static_cast<size_t>(b * q), 0), pos(ids.size(), -1);
-      std::vector<int64_t> ending;  // rows whose prompt ends in this pass
-      for (int64_t r = 0; r < b; ++r) {
-        const int64_t real = std::max<int64_t>(0, std::min(q, lens[r] - begin));
-        for (int64_t t = 0; t < real; ++t) {
-          ids[r * q + t] = prompts[r][begin + t];
-          pos[r * q + t] = begin + t;
-        }
-        if (lens[r] > begin && lens[r] <= begin + q) ending.push_back(r);
-      }
-      const at::Tensor out = forward(prefill_runner, host_tensor(std::move(ids), b, q),
-                                     host_tensor(std::move(pos), b, q),
-                                     /*attend_len=*/begin + q, Logits::kLast);
-      if (!last.defined()) {
-        last = out.clone();
-      } else {
-        const at::Tensor rows = at::tensor(ending, at::TensorOptions().dtype(at::kLong)).to(device);
-        last.index_copy_(0, rows, out.index_select(0, rows));
-      }
-    }
-    accept(last);
+    call.accept(rows, prefill(call, prompts, lens, s.chunk));
     result.prefill_seconds = seconds_since(start, device);
-
-    // Decode: one token per row per pass; finished rows ride along as padding.
     start = Clock::now();
-    const int64_t planned = new_tokens - 1;
-    for (int64_t step = 0; step < planned; ++step) {
-      if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
-      std::vector<int64_t> ids(static_cast<size_t>(b), 0), pos(ids.size(), -1);
-      int64_t attend = 1;
-      for (int64_t r = 0; r < b; ++r) {
-        if (done[r]) continue;
-        ids[r] = result.tokens[r].back();
-        pos[r] = lens[r] + static_cast<int64_t>(result.tokens[r].size()) - 1;
-        attend = std::max(attend, pos[r] + 1);
-      }
-      const at::Tensor out = forward(decode_runner, host_tensor(std::move(ids), b, 1),
-                                     host_tensor(std::move(pos), b, 1), attend, Logits::kAll);
-      accept(out.select(1, 0));
-      ++result.decode_steps;
-      if (options.on_step) options.on_step(step + 1, planned);
-    }
+    result.decode_steps = decode_n_tokens(call, rows, lens);
     result.decode_seconds = seconds_since(start, device);
     result.cache_bytes = s.cache ? s.cache->memory_bytes() : dynamic->memory_bytes();
   }
   // Outside inference mode: the caller gets ordinary tensors.
-  if (options.record_logits) {
-    for (auto& row : logits) result.logits.push_back(at::stack(row));
+  result.tokens = std::move(rows.tokens);
+  if (s.options.record_logits) {
+    for (auto& row : rows.logits) result.logits.push_back(at::stack(row));
   }
   result.prefill_runner = prefill_stats();
   result.decode_runner = decode_stats();

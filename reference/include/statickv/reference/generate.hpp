@@ -31,11 +31,7 @@ struct GenerateOptions {
   uint64_t seed = 0;
   bool stop_at_eos = true;  ///< a row stops after emitting an EOS id
   bool record_logits = false;
-  int64_t max_len = 0;        ///< cache capacity; 0 = longest prompt + max_new_tokens
   int64_t prefill_chunk = 0;  ///< 0 = as large as the cache allows
-  /// Cache rows (static/hybrid); 0 = the number of prompts. A larger cache
-  /// serves the batch through its batch-prefix views.
-  int64_t max_batch = 0;
   /// Static/hybrid caches: run prefill and decode through a GraphRunner
   /// (batch buckets, prompt-length buckets, attended-length buckets). It
   /// replays CUDA graphs on a GPU and runs the same padded steps eagerly on
@@ -66,8 +62,11 @@ struct GenerateResult {
 };
 
 /// One-shot generation: a Generator sized for these prompts, used once.
+/// max_batch: cache rows (0 = the number of prompts; a larger cache serves
+/// the batch through its batch-prefix views). max_len: cache capacity (0 =
+/// longest prompt + max_new_tokens).
 GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<int64_t>>& prompts,
-                        const GenerateOptions& options);
+                        const GenerateOptions& options, int64_t max_batch = 0, int64_t max_len = 0);
 
 /// A generation session: owns the cache (static/hybrid, max_batch rows of
 /// max_len positions) and the bucketed runners, so the CUDA graphs one call

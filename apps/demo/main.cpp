@@ -216,7 +216,7 @@ bool report_comparison(const char* name, const GenerateResult& ours, const Gener
 int64_t prefill_chunk_of(const LlamaModel& model, int64_t rows, int64_t max_len, int64_t flag) {
   CacheConfig config = model.cache_config(rows, max_len);
   config.max_chunk = flag > 0 ? std::min(flag, max_len) : 0;
-  return config.chunk_limit();
+  return config.effective_max_chunk();
 }
 
 std::string bytes(int64_t n) {
@@ -233,38 +233,50 @@ void report(const char* name, const GenerateResult& r, int64_t rows) {
              name, r.prefill_seconds * 1e3, ms, tps, bytes(r.cache_bytes));
 }
 
-}  // namespace
-
-int main(int argc, char** argv) try {
-  const Options o = parse(argc, argv);
-  const at::Device device = apps::parse_device(o.device);
-  const at::ScalarType dtype = apps::parse_dtype(o.dtype, device, at::kBFloat16);
-  std::vector<std::vector<int64_t>> prompts;
-  if (!o.prompt_ids.empty()) prompts = parse_prompts(o.prompt_ids);
-
-  // Checked against the model's config before any work: before random
-  // prompts are drawn and a named shape's weights are.
-  auto prepare = [&](const ModelConfig& config) {
-    check_against_model(o, config, prompts);
-    if (prompts.empty()) prompts = random_prompts(o, config.vocab_size);
-  };
+/// The model named by the flags, with its prompts: --prompt-ids or random
+/// ones, checked against the model's config before any weights are made.
+struct Loaded {
   std::unique_ptr<LlamaModel> model;
   std::string source;
+  std::vector<std::vector<int64_t>> prompts;
+};
+
+Loaded load(const Options& o, at::Device device, at::ScalarType dtype) {
+  Loaded out;
+  if (!o.prompt_ids.empty()) out.prompts = parse_prompts(o.prompt_ids);
+  auto prepare = [&](const ModelConfig& config) {
+    check_against_model(o, config, out.prompts);
+    if (out.prompts.empty()) out.prompts = random_prompts(o, config.vocab_size);
+  };
   if (!o.checkpoint.empty()) {
     Checkpoint ckpt = load_checkpoint(o.checkpoint, dtype, device);
     prepare(ckpt.config);
-    model = std::make_unique<LlamaModel>(ckpt.config, std::move(ckpt.weights));
-    source = o.checkpoint;
+    out.model = std::make_unique<LlamaModel>(ckpt.config, std::move(ckpt.weights));
+    out.source = o.checkpoint;
   } else {
     const ModelConfig config = named_config(o.shape);
     prepare(config);
-    model = std::make_unique<LlamaModel>(
+    out.model = std::make_unique<LlamaModel>(
         config, random_weights(config, static_cast<uint64_t>(o.seed), dtype, device));
-    source = o.shape + " (random weights, seed " + std::to_string(o.seed) + ")";
+    out.source = o.shape + " (random weights, seed " + std::to_string(o.seed) + ")";
   }
-  const ModelConfig& config = model->config();
+  return out;
+}
 
-  const bool compare = !o.no_compare && o.cache != "dynamic";
+/// Progress on runs longer than a couple of seconds, on stderr.
+std::function<void(int64_t, int64_t)> progress() {
+  const auto started = std::chrono::steady_clock::now();
+  return [started](int64_t done, int64_t planned) {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (elapsed > 2.0)
+      std::fprintf(stderr, "\r  decode %lld/%lld", static_cast<long long>(done),
+                   static_cast<long long>(planned));
+    if (elapsed > 2.0 && done == planned) std::fputs("\n", stderr);
+  };
+}
+
+GenerateOptions generate_options(const Options& o, const ModelConfig& config, bool compare) {
   GenerateOptions options;
   options.max_new_tokens = o.max_new_tokens;
   options.temperature = o.temperature;
@@ -275,41 +287,58 @@ int main(int argc, char** argv) try {
   options.record_logits = compare;
   options.cache = o.cache.empty() ? (config.has_sliding() ? CacheKind::kHybrid : CacheKind::kStatic)
                                   : parse_cache_kind(o.cache);
-  // Progress on runs longer than a couple of seconds, on stderr.
-  const auto started = std::chrono::steady_clock::now();
-  options.on_step = [&](int64_t done, int64_t planned) {
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    if (elapsed > 2.0)
-      std::fprintf(stderr, "\r  decode %lld/%lld", static_cast<long long>(done),
-                   static_cast<long long>(planned));
-    if (elapsed > 2.0 && done == planned) std::fputs("\n", stderr);
-  };
+  options.on_step = progress();
+  return options;
+}
 
-  size_t longest = 0;
-  for (const auto& p : prompts) longest = std::max(longest, p.size());
-  const int64_t rows = static_cast<int64_t>(prompts.size());
-  const int64_t max_len = static_cast<int64_t>(longest) + o.max_new_tokens;
-  const int64_t chunk = options.cache == CacheKind::kDynamic
-                            ? (o.prefill_chunk > 0 ? std::min(o.prefill_chunk, max_len) : max_len)
-                            : prefill_chunk_of(*model, rows, max_len, o.prefill_chunk);
-  fmt::print("statickv-demo: {} | {} layers ({}), {} heads / {} kv x {} | {} on {}\n", source,
+void print_header(const Options& o, const Loaded& run, at::Device device, at::ScalarType dtype,
+                  int64_t longest, int64_t chunk, bool compare) {
+  const ModelConfig& config = run.model->config();
+  fmt::print("statickv-demo: {} | {} layers ({}), {} heads / {} kv x {} | {} on {}\n", run.source,
              config.num_hidden_layers, config.has_sliding() ? "with sliding layers" : "all full",
              config.num_attention_heads, config.num_key_value_heads, config.head_dim,
              apps::dtype_name(dtype), device.str());
-  fmt::print("{} prompts (longest {} tokens), {} new tokens each, {}; prefill {}{}\n",
-             prompts.size(), longest, o.max_new_tokens, o.temperature > 0 ? "sampling" : "greedy",
-             chunk >= static_cast<int64_t>(longest) ? std::string("in one pass")
-                                                    : fmt::format("in passes of {} tokens", chunk),
-             compare ? " (both runs)" : "");
+  fmt::print(
+      "{} prompts (longest {} tokens), {} new tokens each, {}; prefill {}{}\n", run.prompts.size(),
+      longest, o.max_new_tokens, o.temperature > 0 ? "sampling" : "greedy",
+      chunk >= longest ? std::string("in one pass") : fmt::format("in passes of {} tokens", chunk),
+      compare ? " (both runs)" : "");
+}
+
+void print_ids(const GenerateResult& result) {
+  for (const auto& row : result.tokens) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) line += (i ? "," : "") + std::to_string(row[i]);
+    std::puts(line.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options o = parse(argc, argv);
+  const at::Device device = apps::parse_device(o.device);
+  const at::ScalarType dtype = apps::parse_dtype(o.dtype, device, at::kBFloat16);
+  const Loaded run = load(o, device, dtype);
+  const bool compare = !o.no_compare && o.cache != "dynamic";
+  const GenerateOptions options = generate_options(o, run.model->config(), compare);
+
+  size_t longest = 0;
+  for (const auto& p : run.prompts) longest = std::max(longest, p.size());
+  const int64_t rows = static_cast<int64_t>(run.prompts.size());
+  const int64_t max_len = static_cast<int64_t>(longest) + o.max_new_tokens;
+  const int64_t chunk = options.cache == CacheKind::kDynamic
+                            ? (o.prefill_chunk > 0 ? std::min(o.prefill_chunk, max_len) : max_len)
+                            : prefill_chunk_of(*run.model, rows, max_len, o.prefill_chunk);
+  print_header(o, run, device, dtype, static_cast<int64_t>(longest), chunk, compare);
 
   // Each cache kind runs in its own session, warmed up by one untimed call:
   // the first pass pays one-time costs (thread pools, kernel selection, CUDA
   // graph capture for the keys this run uses) that are not the cache's.
   auto timed = [&](const GenerateOptions& opts) {
-    Generator session(*model, opts, rows, max_len);
-    session.generate(prompts);
-    return session.generate(prompts);
+    Generator session(*run.model, opts, rows, max_len);
+    session.generate(run.prompts);
+    return session.generate(run.prompts);
   };
   const GenerateResult main_run = timed(options);
   report(to_string(options.cache), main_run, rows);
@@ -324,13 +353,7 @@ int main(int argc, char** argv) try {
     agree = report_comparison(to_string(options.cache), main_run, baseline, dtype,
                               /*greedy=*/o.temperature == 0.0);
   }
-  if (o.print_ids) {
-    for (const auto& row : main_run.tokens) {
-      std::string line;
-      for (size_t i = 0; i < row.size(); ++i) line += (i ? "," : "") + std::to_string(row[i]);
-      std::puts(line.c_str());
-    }
-  }
+  if (o.print_ids) print_ids(main_run);
   return agree ? 0 : 1;
 } catch (...) {
   return apps::fail("statickv-demo");
