@@ -23,6 +23,7 @@ using statickv::reference::Checkpoint;
 using statickv::reference::GenerateOptions;
 using statickv::reference::GenerateResult;
 using statickv::reference::LlamaModel;
+using statickv::reference::ModelConfig;
 
 constexpr int64_t kMaxNewTokens = 8;  // as in make_reference.py
 constexpr int64_t kNumPrompts = 3;
@@ -106,82 +107,92 @@ void require_hugging_face_results(const Checkpoint& ckpt, const Expected& expect
   }
 }
 
+/// A checkpoint of make_reference.py, loaded in float32 on the CPU.
+struct HfModel {
+  std::string dir;
+  Checkpoint ckpt;
+};
+
+HfModel load_hf_model(const std::string& name) {
+  HfModel m;
+  m.dir = model_dir(name);
+  m.ckpt = statickv::reference::load_checkpoint(m.dir, at::kFloat, at::kCPU);
+  return m;
+}
+
+/// How statickv must read a model's config.json.
+struct Reading {
+  std::vector<LayerType> sliding_layers;  ///< empty: every layer full
+  int64_t window = 0;
+  bool qkv_bias = false;
+  bool o_bias = false;
+};
+
+/// Loads model `name`, requires its config read as `reading` says, then
+/// Hugging Face's tokens and logits through every cache that can serve it
+/// (StaticCache only without sliding layers; HybridCache and the
+/// DynamicCache baseline always).
+void require_hugging_face_results(const std::string& name, const Reading& reading) {
+  const HfModel m = load_hf_model(name);
+  const ModelConfig& config = m.ckpt.config;
+  // All full may be spelled as no list or as a list of full layers.
+  CHECK((config.has_sliding() ? config.layer_types : std::vector<LayerType>{}) ==
+        reading.sliding_layers);
+  CHECK(config.sliding_window == reading.window);
+  CHECK(config.attention_bias == reading.qkv_bias);
+  CHECK(config.o_proj_bias == reading.o_bias);
+  std::vector<CacheKind> caches = {CacheKind::kHybrid, CacheKind::kDynamic};
+  if (!config.has_sliding()) caches.insert(caches.begin(), CacheKind::kStatic);
+  require_hugging_face_results(m.ckpt, read_expected(m.dir), caches);
+}
+
+constexpr LayerType kFull = LayerType::kFull;
+constexpr LayerType kSliding = LayerType::kSliding;
+
 }  // namespace
 
 TEST_CASE(
     "Llama through StaticCache, HybridCache and DynamicCache generates Hugging Face's tokens and "
     "logits",
     "[hf]") {
-  const std::string dir = model_dir("llama");
-  const Checkpoint ckpt = statickv::reference::load_checkpoint(dir, at::kFloat, at::kCPU);
-  REQUIRE_FALSE(ckpt.config.has_sliding());
-  require_hugging_face_results(ckpt, read_expected(dir),
-                               {CacheKind::kStatic, CacheKind::kHybrid, CacheKind::kDynamic});
+  require_hugging_face_results("llama", {});
 }
 
 TEST_CASE(
     "Llama with attention_bias (q, k, v and o biases) generates Hugging Face's tokens and logits, "
     "ignoring the layer_types and sliding_window Llama's layers ignore",
     "[hf]") {
-  const std::string dir = model_dir("llama-bias");
-  const Checkpoint ckpt = statickv::reference::load_checkpoint(dir, at::kFloat, at::kCPU);
-  CHECK(ckpt.config.attention_bias);
-  CHECK(ckpt.config.o_proj_bias);
-  REQUIRE_FALSE(ckpt.config.has_sliding());
-  require_hugging_face_results(ckpt, read_expected(dir),
-                               {CacheKind::kStatic, CacheKind::kHybrid, CacheKind::kDynamic});
+  require_hugging_face_results("llama-bias", {{}, 0, /*qkv_bias=*/true, /*o_bias=*/true});
 }
 
 TEST_CASE(
     "Mistral's sliding window on every layer through HybridCache and DynamicCache generates "
     "Hugging Face's tokens and logits",
     "[hf]") {
-  const std::string dir = model_dir("mistral");
-  const Checkpoint ckpt = statickv::reference::load_checkpoint(dir, at::kFloat, at::kCPU);
   // config.json has "sliding_window": 5, which transformers applies to every
   // layer, and layer_types all full, which Mistral ignores.
-  CHECK(ckpt.config.sliding_window == 5);
-  CHECK(ckpt.config.layer_types ==
-        std::vector<LayerType>{LayerType::kSliding, LayerType::kSliding});
-  require_hugging_face_results(ckpt, read_expected(dir), {CacheKind::kHybrid, CacheKind::kDynamic});
+  require_hugging_face_results("mistral", {{kSliding, kSliding}, /*window=*/5});
 }
 
 TEST_CASE(
     "Qwen2's full then sliding layers with q/k/v biases through HybridCache and DynamicCache "
     "generate Hugging Face's tokens and logits",
     "[hf]") {
-  const std::string dir = model_dir("qwen2");
-  const Checkpoint ckpt = statickv::reference::load_checkpoint(dir, at::kFloat, at::kCPU);
   // use_sliding_window with max_window_layers = 2: layers 0-1 full, 2-3 sliding.
-  CHECK(ckpt.config.sliding_window == 5);
-  CHECK(ckpt.config.attention_bias);
-  CHECK(ckpt.config.layer_types == std::vector<LayerType>{LayerType::kFull, LayerType::kFull,
-                                                          LayerType::kSliding,
-                                                          LayerType::kSliding});
-  require_hugging_face_results(ckpt, read_expected(dir), {CacheKind::kHybrid, CacheKind::kDynamic});
+  require_hugging_face_results("qwen2", {{kFull, kFull, kSliding, kSliding}, 5, /*qkv_bias=*/true});
 }
 
 TEST_CASE(
     "Qwen2 ignores sliding_window without use_sliding_window and generates Hugging Face's tokens "
     "and logits",
     "[hf]") {
-  const std::string dir = model_dir("qwen2-nowindow");
-  const Checkpoint ckpt = statickv::reference::load_checkpoint(dir, at::kFloat, at::kCPU);
-  CHECK(ckpt.config.attention_bias);
-  CHECK_FALSE(ckpt.config.o_proj_bias);
-  REQUIRE_FALSE(ckpt.config.has_sliding());
-  require_hugging_face_results(ckpt, read_expected(dir),
-                               {CacheKind::kStatic, CacheKind::kHybrid, CacheKind::kDynamic});
+  require_hugging_face_results("qwen2-nowindow", {{}, 0, /*qkv_bias=*/true});
 }
 
 TEST_CASE(
     "Qwen2 with use_sliding_window and neither layer_types nor max_window_layers takes "
     "max_window_layers 28 and generates Hugging Face's tokens and logits",
     "[hf]") {
-  const std::string dir = model_dir("qwen2-defaults");
-  const Checkpoint ckpt = statickv::reference::load_checkpoint(dir, at::kFloat, at::kCPU);
   // 4 layers, all below layer 28: none slides.
-  REQUIRE_FALSE(ckpt.config.has_sliding());
-  require_hugging_face_results(ckpt, read_expected(dir),
-                               {CacheKind::kStatic, CacheKind::kHybrid, CacheKind::kDynamic});
+  require_hugging_face_results("qwen2-defaults", {{}, 0, /*qkv_bias=*/true});
 }

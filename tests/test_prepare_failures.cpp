@@ -18,12 +18,7 @@ using statickv::test::require_error;
 using statickv::test::Snapshot;
 
 CacheConfig hybrid_config() {
-  return statickv::test::ConfigBuilder()
-      .head_dim(4)
-      .max_batch(2)
-      .layer_types({LayerType::kFull, LayerType::kSliding})
-      .sliding_window(4)
-      .max_chunk(4);
+  return statickv::test::ConfigBuilder().head_dim(4).max_batch(2).hybrid(/*window=*/4, /*chunk=*/4);
 }
 
 /// Installs a fault hook that throws at one point, for one scope.

@@ -12,14 +12,9 @@ namespace {
 using namespace statickv;
 using statickv::test::positions;
 
-/// A full layer then a sliding one: both layer types reset.
+/// A sliding layer then a full one: both layer types reset.
 CacheConfig hybrid_config() {
-  return statickv::test::ConfigBuilder()
-      .head_dim(4)
-      .max_batch(3)
-      .layer_types({LayerType::kFull, LayerType::kSliding})
-      .sliding_window(4)
-      .max_chunk(8);
+  return statickv::test::ConfigBuilder().head_dim(4).max_batch(3).hybrid(/*window=*/4, /*chunk=*/8);
 }
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();

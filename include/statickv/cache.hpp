@@ -247,10 +247,7 @@ class Cache {
   void reset() {
     check_mutable("reset");
     generation_ = detail::next_generation();
-    for (auto& t : keys_) t.zero_();
-    for (auto& t : values_) t.zero_();
-    for (auto& g : groups_) g.slot_positions.fill_(-1);
-    seq_lengths_.zero_();
+    for_each_row_tensor([](at::Tensor& t, int64_t empty) { t.fill_(empty); });
   }
 
   /// Empties the given rows (int64 [n], distinct, any device): each becomes
@@ -261,14 +258,9 @@ class Cache {
   /// row-sized fill per buffer (2 per layer), device ops only.
   void reset_rows(const at::Tensor& rows) {
     check_mutable("reset_rows");
-    const at::Tensor index =
-        detail::host_rows("rows", rows, config_.max_batch, /*allow_duplicates=*/false)
-            .to(config_.device);
+    const at::Tensor index = device_rows("rows", rows, /*allow_duplicates=*/false);
     generation_ = detail::next_generation();
-    for (auto& t : keys_) t.index_fill_(0, index, 0);
-    for (auto& t : values_) t.index_fill_(0, index, 0);
-    for (auto& g : groups_) g.slot_positions.index_fill_(0, index, -1);
-    seq_lengths_.index_fill_(0, index, 0);
+    for_each_row_tensor([&](at::Tensor& t, int64_t empty) { t.index_fill_(0, index, empty); });
   }
 
   /// Makes row `dst` a copy of row `src` (fork a prefilled prompt).
@@ -280,29 +272,20 @@ class Cache {
                 "dst: expected a row in [0, max_batch=", config_.max_batch, ") but got ", dst);
     generation_ = detail::next_generation();
     if (src == dst) return;
-    auto copy = [&](at::Tensor& t) { t.select(0, dst).copy_(t.select(0, src)); };
-    for (auto& t : keys_) copy(t);
-    for (auto& t : values_) copy(t);
-    for (auto& g : groups_) copy(g.slot_positions);
-    copy(seq_lengths_);
+    for_each_row_tensor([&](at::Tensor& t, int64_t) { t.select(0, dst).copy_(t.select(0, src)); });
   }
 
   /// Beam-search reorder in place: row i becomes old row indices[i], for
   /// i < n = indices.numel(); rows past n are untouched. Repeats are allowed.
   void reorder(const at::Tensor& indices) {
     check_mutable("reorder");
-    const at::Tensor index =
-        detail::host_rows("indices", indices, config_.max_batch, /*allow_duplicates=*/true)
-            .to(config_.device);
+    const at::Tensor index = device_rows("indices", indices, /*allow_duplicates=*/true);
     generation_ = detail::next_generation();
     const int64_t n = index.numel();
     // index_select makes a temporary, so overlapping sources are read before
     // the prefix is overwritten.
-    auto gather = [&](at::Tensor& t) { t.narrow(0, 0, n).copy_(t.index_select(0, index)); };
-    for (auto& t : keys_) gather(t);
-    for (auto& t : values_) gather(t);
-    for (auto& g : groups_) gather(g.slot_positions);
-    gather(seq_lengths_);
+    for_each_row_tensor(
+        [&](at::Tensor& t, int64_t) { t.narrow(0, 0, n).copy_(t.index_select(0, index)); });
   }
 
   /// One past the highest position stored in each row: device int64 [max_batch].
@@ -380,6 +363,24 @@ class Cache {
   }
 
  private:
+  // Row arguments checked on the host (detail::host_rows), then on the
+  // cache's device.
+  at::Tensor device_rows(const char* name, const at::Tensor& rows, bool allow_duplicates) const {
+    return detail::host_rows(name, rows, config_.max_batch, allow_duplicates).to(config_.device);
+  }
+
+  // Applies a row operation to every tensor the cache keeps per row: each
+  // layer's keys and values, each layer type's slot positions, and
+  // seq_lengths, with the value an empty row holds in it (0 for buffers and
+  // lengths, -1 for slot positions).
+  template <typename Fn>
+  void for_each_row_tensor(Fn&& fn) {
+    for (auto& t : keys_) fn(t, 0);
+    for (auto& t : values_) fn(t, 0);
+    for (auto& g : groups_) fn(g.slot_positions, -1);
+    fn(seq_lengths_, 0);
+  }
+
   // Every check of prepare()'s arguments, before anything is computed.
   void check_prepare(const at::Tensor& cache_position, int64_t live_batch,
                      int64_t attend_len) const {

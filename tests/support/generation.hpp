@@ -1,0 +1,43 @@
+#pragma once
+// Test support for the reference decoder's generation paths (Catch2).
+
+#include "../support.hpp"
+
+#include <statickv/reference/generate.hpp>
+
+#include <vector>
+
+namespace statickv::test {
+
+/// Three ragged prompts: 13, 2 and 5 tokens.
+inline const std::vector<std::vector<int64_t>>& ragged_prompts() {
+  static const std::vector<std::vector<int64_t>> prompts = {
+      {5, 9, 14, 2, 77, 31, 8, 64, 3, 19, 42, 7, 1}, {11, 4}, {90, 13, 27, 6, 55}};
+  return prompts;
+}
+
+/// Generates ragged_prompts() twice, eagerly at exact shapes and through the
+/// bucketed runners (CUDA graphs on a GPU) of a max_batch-row session, and
+/// requires the same tokens and logits within `tol`. Returns the bucketed
+/// run, whose runner statistics the caller checks.
+inline reference::GenerateResult require_bucketed_equals_plain(const reference::LlamaModel& model,
+                                                               int64_t new_tokens,
+                                                               int64_t max_batch, double tol) {
+  reference::GenerateOptions options;
+  options.max_new_tokens = new_tokens;
+  options.record_logits = true;
+  options.bucketed = false;
+  const reference::GenerateResult plain = reference::generate(model, ragged_prompts(), options);
+  REQUIRE(plain.decode_runner.keys.empty());
+  options.bucketed = true;
+  reference::GenerateResult bucketed =
+      reference::generate(model, ragged_prompts(), options, max_batch);
+  CHECK(bucketed.tokens == plain.tokens);
+  for (size_t r = 0; r < ragged_prompts().size(); ++r) {
+    INFO("row " << r << " max diff " << max_diff(bucketed.logits[r], plain.logits[r]));
+    CHECK(close(bucketed.logits[r], plain.logits[r], tol));
+  }
+  return bucketed;
+}
+
+}  // namespace statickv::test
