@@ -100,13 +100,14 @@ std::vector<LayerType> read_layer_types(const std::string& path, const Json& jso
 //
 // docs/checkpoints.md has the same table; tests/hf cross-checks each case.
 
-/// sliding_window as a model type's config class reads it: absent takes the
-/// class default, null (or a window the type does not use) is 0.
-int64_t read_window(const std::string& path, const Json& json, int64_t class_default) {
-  auto it = json.find("sliding_window");
-  if (it == json.end()) return class_default;
-  if (it->is_null()) return 0;
-  return as_int(path, *it, "sliding_window");
+/// An integer field: `absent` when the key is missing, `null_value` when it
+/// is null.
+int64_t int_or(const std::string& path, const Json& json, const char* key, int64_t absent,
+               int64_t null_value) {
+  auto it = json.find(key);
+  if (it == json.end()) return absent;
+  if (it->is_null()) return null_value;
+  return as_int(path, *it, key);
 }
 
 void read_layers(const std::string& path, const Json& json, ModelConfig& config) {
@@ -114,14 +115,15 @@ void read_layers(const std::string& path, const Json& json, ModelConfig& config)
   config.layer_types.clear();
   config.sliding_window = 0;
   if (config.model_type == "mistral") {
-    config.sliding_window = read_window(path, json, /*class_default=*/4096);
+    config.sliding_window = int_or(path, json, "sliding_window", /*absent=*/4096, /*null_value=*/0);
     if (config.sliding_window != 0) config.layer_types = all_sliding(layers);
     return;
   }
   if (config.model_type != "qwen2") return;  // llama: all full
   const bool use_window = has(json, "use_sliding_window") &&
                           as_bool(path, json["use_sliding_window"], "use_sliding_window");
-  const int64_t window = use_window ? read_window(path, json, /*class_default=*/4096) : 0;
+  const int64_t window =
+      use_window ? int_or(path, json, "sliding_window", /*absent=*/4096, /*null_value=*/0) : 0;
   if (has(json, "layer_types")) {
     config.layer_types = read_layer_types(path, json);
     TORCH_CHECK(static_cast<int64_t>(config.layer_types.size()) == layers, path,
@@ -158,16 +160,6 @@ ClassDefaults class_defaults(const std::string& type) {
   if (type == "mistral") return {32000, 4096, 14336, 32, 32, 8, 4096 * 32, {2}, 1};
   if (type == "qwen2") return {151936, 4096, 22016, 32, 32, 32, 32768, {}, -1};
   return {32000, 4096, 11008, 32, 32, 0, 2048, {2}, 1};  // llama
-}
-
-/// An integer field: `absent` when the key is missing, `null_value` when it
-/// is null.
-int64_t int_or(const std::string& path, const Json& json, const char* key, int64_t absent,
-               int64_t null_value) {
-  auto it = json.find(key);
-  if (it == json.end()) return absent;
-  if (it->is_null()) return null_value;
-  return as_int(path, *it, key);
 }
 
 /// A size field: the class default when absent; null is not a size.
