@@ -510,6 +510,26 @@ TEST_CASE("eos_token_id may be an int, a list or null", "[checkpoint]") {
             .eos_token_ids.empty());
 }
 
+TEST_CASE("generation_config.json's eos ids replace config.json's, as generate() stops",
+          "[checkpoint]") {
+  TempDir tmp;
+  write_tiny_checkpoint(tmp, tiny_weights());
+  const std::vector<int64_t> from_config =
+      load_checkpoint(tmp.dir(), at::kFloat, at::kCPU).config.eos_token_ids;
+  write_text(tmp.file("generation_config.json"), R"({"eos_token_id": [7, 9]})");
+  CHECK(load_checkpoint(tmp.dir(), at::kFloat, at::kCPU).config.eos_token_ids ==
+        std::vector<int64_t>{7, 9});
+  write_text(tmp.file("generation_config.json"), R"({"eos_token_id": 5})");
+  CHECK(load_checkpoint(tmp.dir(), at::kFloat, at::kCPU).config.eos_token_ids ==
+        std::vector<int64_t>{5});
+  // No eos_token_id there: config.json's ids stand.
+  write_text(tmp.file("generation_config.json"), R"({"bos_token_id": 1})");
+  CHECK(load_checkpoint(tmp.dir(), at::kFloat, at::kCPU).config.eos_token_ids == from_config);
+  write_text(tmp.file("generation_config.json"), R"({"eos_token_id": "two"})");
+  CHECK_THROWS_WITH(load_checkpoint(tmp.dir(), at::kFloat, at::kCPU),
+                    Catch::Contains("generation_config.json") && Catch::Contains("eos_token_id"));
+}
+
 TEST_CASE("head_dim null or absent is hidden_size / num_attention_heads, else read",
           "[checkpoint]") {
   TempDir tmp;
@@ -908,8 +928,16 @@ TEST_CASE("named_config knows every listed name and lists them for an unknown on
   }
   CHECK(named_config("tiny-mistral").layer_types == all_sliding(2));
   CHECK(named_config("llama-3.1-8b").num_hidden_layers == 32);
-  require_error([] { named_config("gpt-5"); },
-                {"gpt-5", "tiny", "tiny-mistral", "tiny-qwen2", "llama-3.2-1b", "llama-3.1-8b"});
+  require_error([] { named_config("gpt-5"); }, {"gpt-5", "tiny", "tiny-mistral", "tiny-qwen2",
+                                                "smollm2-135m", "llama-3.2-1b", "llama-3.1-8b"});
+  // SmolLM2-135M: 30 layers of 9 heads over 3 kv heads, tied embeddings.
+  int64_t count = 0;
+  for (const auto& [name, shape] : expected_parameters(named_config("smollm2-135m"))) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    count += n;
+  }
+  CHECK(count == 134'515'008);
 }
 
 TEST_CASE("random_weights is deterministic for a seed and differs across seeds", "[checkpoint]") {

@@ -135,6 +135,11 @@ Checkpoint load_checkpoint(const std::string& dir, at::ScalarType dtype, at::Dev
   TORCH_CHECK(at::isFloatingType(dtype), "dtype: expected a floating dtype but got ", dtype);
   Checkpoint checkpoint;
   checkpoint.config = load_config((fs::path(dir) / "config.json").string());
+  const fs::path generation = fs::path(dir) / "generation_config.json";
+  if (fs::exists(generation)) {
+    checkpoint.config.eos_token_ids =
+        load_generation_eos(generation.string(), checkpoint.config.eos_token_ids);
+  }
   const Sources sources = read_sources(dir);
   // Every check first; conversion (which may allocate a lot) only after.
   const auto expected = expected_parameters(checkpoint.config);

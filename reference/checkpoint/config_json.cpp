@@ -259,4 +259,10 @@ ModelConfig load_config(const std::string& config_json_path) {
   return config;
 }
 
+std::vector<int64_t> load_generation_eos(const std::string& generation_config_path,
+                                         const std::vector<int64_t>& fallback) {
+  const Json json = parse_json_file(generation_config_path);
+  return read_eos(generation_config_path, json, fallback);
+}
+
 }  // namespace statickv::reference

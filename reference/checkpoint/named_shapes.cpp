@@ -57,6 +57,29 @@ ModelConfig llama3(int64_t hidden, int64_t intermediate, int64_t layers, int64_t
   return c;
 }
 
+// SmolLM2-135M-Instruct's config.json (tools/smollm2/convert.py): the GPU
+// machine cannot receive the real weights, so its benchmarks use this shape
+// with random ones.
+ModelConfig smollm2_135m() {
+  ModelConfig c;
+  c.model_type = "llama";
+  c.vocab_size = 49152;
+  c.hidden_size = 576;
+  c.intermediate_size = 1536;
+  c.num_hidden_layers = 30;
+  c.num_attention_heads = 9;
+  c.num_key_value_heads = 3;
+  c.head_dim = 64;
+  c.max_position_embeddings = 8192;
+  c.rms_norm_eps = 1e-5;
+  c.rope.type = "default";
+  c.rope.theta = 100000.0;
+  c.tie_word_embeddings = true;
+  c.eos_token_ids = {2};
+  c.bos_token_id = 1;
+  return c;
+}
+
 }  // namespace
 
 ModelConfig named_config(const std::string& name) {
@@ -76,6 +99,8 @@ ModelConfig named_config(const std::string& name) {
     config.layer_types = {LayerType::kFull, LayerType::kFull, LayerType::kSliding,
                           LayerType::kSliding};
     config.sliding_window = 8;
+  } else if (name == "smollm2-135m") {
+    config = smollm2_135m();
   } else if (name == "llama-3.2-1b") {
     config = llama3(/*hidden=*/2048, /*intermediate=*/8192, /*layers=*/16, /*head_dim=*/64,
                     /*factor=*/32.0, /*tied=*/true);
@@ -91,7 +116,7 @@ ModelConfig named_config(const std::string& name) {
 }
 
 std::vector<std::string> named_config_names() {
-  return {"tiny", "tiny-mistral", "tiny-qwen2", "llama-3.2-1b", "llama-3.1-8b"};
+  return {"tiny", "tiny-mistral", "tiny-qwen2", "smollm2-135m", "llama-3.2-1b", "llama-3.1-8b"};
 }
 
 Weights random_weights(const ModelConfig& config, uint64_t seed, at::ScalarType dtype,

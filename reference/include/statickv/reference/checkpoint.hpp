@@ -28,6 +28,13 @@ using Weights = std::map<std::string, at::Tensor>;
 /// [layer types per model type] (checkpoint.cpp; table in docs/checkpoints.md).
 ModelConfig load_config(const std::string& config_json_path);
 
+/// The ids that end generation according to a generation_config.json: its
+/// eos_token_id (an id or a list; null: none), or `fallback` (config.json's)
+/// when the file has no such field. This is what transformers' generate()
+/// stops at: generation_config's ids replace the model config's.
+std::vector<int64_t> load_generation_eos(const std::string& generation_config_path,
+                                         const std::vector<int64_t>& fallback);
+
 /// The parameter-name table (reference/checkpoint/parameters.cpp): the one
 /// place Hugging Face's Llama parameter names are spelled; the loader and
 /// the model both read names from here.
@@ -62,7 +69,9 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_parameters(
 /// Loads config.json and the safetensors weights of `dir`, checks every
 /// expected parameter is present with its shape, and returns the weights in
 /// `dtype` on `device`. Tensors are read through a memory map; on the CPU in
-/// the file's own dtype they are used in place (no copy).
+/// the file's own dtype they are used in place (no copy). The config's eos
+/// ids are generation_config.json's when that file names them
+/// (load_generation_eos), as transformers' generate() stops.
 ///
 /// A checkpoint holding tensors the model does not use is refused, naming
 /// every one, unless `allow_unused_tensors` is set: a tensor the decoder
