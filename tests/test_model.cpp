@@ -302,3 +302,36 @@ TEST_CASE("bucketed generation (the GraphRunner path) equals plain eager generat
     CHECK(bucketed.prefill_runner.keys.size() >= 1);
   }
 }
+
+TEST_CASE("on_token streams every generated token in order and marks each row's last",
+          "[model][generate]") {
+  ModelConfig config = named_config("tiny");
+  const Weights weights = random_weights(config, 3, at::kFloat, at::kCPU);
+  const std::vector<std::vector<int64_t>> prompts = {{3, 1, 4, 1, 5}, {9, 2, 6}, {7}};
+  GenerateOptions options;
+  options.max_new_tokens = 9;
+  // Row 0 stops early at an eos id: its third greedy token.
+  const std::vector<std::vector<int64_t>> free_run =
+      generate(LlamaModel(config, weights), prompts, options).tokens;
+  config.eos_token_ids = {free_run[0][2]};
+  const LlamaModel model(config, weights);
+  for (const CacheKind kind : {CacheKind::kStatic, CacheKind::kDynamic}) {
+    INFO(to_string(kind));
+    options.cache = kind;
+    Generator session(model, options, /*max_batch=*/4, /*max_len=*/32);
+    std::vector<std::vector<int64_t>> streamed(prompts.size());
+    std::vector<int> lasts(prompts.size(), 0);
+    const GenerateResult result =
+        session.generate(prompts, 0, [&](int64_t row, int64_t token, bool last) {
+          REQUIRE(row >= 0);
+          REQUIRE(row < static_cast<int64_t>(prompts.size()));
+          CHECK(lasts[row] == 0);  // nothing after a row's last token
+          streamed[row].push_back(token);
+          lasts[row] += last ? 1 : 0;
+        });
+    CHECK(streamed == result.tokens);
+    CHECK(lasts == std::vector<int>(prompts.size(), 1));
+    CHECK(result.tokens[0].size() == 3);
+    CHECK(result.tokens[0].back() == free_run[0][2]);
+  }
+}

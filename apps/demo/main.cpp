@@ -4,15 +4,20 @@
 // whether the two runs agree (logits within the dtype's tolerance; tokens
 // equal but for near-ties). See --help.
 
+#include "text_mode.hpp"
+
 #include <statickv/apps/compare.hpp>
 #include <statickv/apps/flags.hpp>
 #include <statickv/reference/generate.hpp>
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -24,11 +29,45 @@ using apps::FlagError;
 namespace {
 
 struct Options {
-  std::string checkpoint, shape = "tiny", device = "auto", dtype, cache, prompt_ids;
+  std::string checkpoint, shape = "tiny", device = "auto", dtype, cache, prompt_ids, json;
+  int threads = 0;
   int64_t batch = 4, prompt_len = 32, max_new_tokens = 32, top_k = 0, prefill_chunk = 0, seed = 0;
   double temperature = 0.0;
-  bool no_compare = false, print_ids = false, eager = false;
+  bool no_compare = false, print_ids = false, eager = false, ignore_eos = false;
+  demo::TextFlags text;
 };
+
+// Flags that would be silently ignored, or that contradict each other, are
+// refused; --prompts-file is read here, so a bad file fails before any work.
+void check_combinations(Options& o, const apps::Flags& flags) {
+  if (o.top_k > 0 && o.temperature == 0.0) {
+    throw FlagError("--top-k: expected 0 without sampling (--temperature 0 is greedy) but got " +
+                    std::to_string(o.top_k));
+  }
+  if (!o.checkpoint.empty() && flags.given("--shape")) {
+    throw FlagError("--shape: expected no --shape with --checkpoint (the checkpoint has its own)");
+  }
+  if (!o.text.prompts_file.empty()) {  // read now: a bad file is refused before any work
+    for (std::string& p : demo::read_prompts_file(o.text.prompts_file)) o.text.prompts.push_back(p);
+  }
+  if (o.text.chat && !o.text.given()) {
+    throw FlagError("--chat: expected --prompt or --prompts-file (it applies to text prompts)");
+  }
+  if (o.text.given() && !o.prompt_ids.empty()) {
+    throw FlagError(
+        "--prompt-ids: expected no ids with --prompt or --prompts-file (one source "
+        "of prompts)");
+  }
+  if (!o.prompt_ids.empty() || o.text.given()) {
+    for (const char* flag : {"--batch", "--prompt-len"}) {
+      if (flags.given(flag)) {
+        throw FlagError(std::string(flag) +
+                        ": expected no value with given prompts (it applies "
+                        "to random prompts)");
+      }
+    }
+  }
+}
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -38,15 +77,24 @@ Options parse(int argc, char** argv) {
             "random weights");
   flags.add_choice("--shape NAME", &o.shape, named_config_names(),
                    "named shape when no checkpoint: tiny (default), tiny-mistral, tiny-qwen2, "
-                   "llama-3.2-1b, llama-3.1-8b");
+                   "smollm2-135m, llama-3.2-1b, llama-3.1-8b");
   flags.add_device(&o.device);
   flags.add_dtype(&o.dtype, at::kBFloat16);
+  flags.add_threads(&o.threads);
   flags.add_choice("--cache C", &o.cache, {"static", "hybrid", "dynamic"},
                    "static, hybrid or dynamic (default: static for all-full models, hybrid when "
                    "the model has sliding layers)");
   flags.add("--prompt-ids IDS", &o.prompt_ids,
             "comma-separated token ids, ';' between prompts; prompts may differ in length "
             "(default: --batch random prompts)");
+  flags.add_list("--prompt TEXT", &o.text.prompts,
+                 "a prompt as text (repeat the flag for a ragged batch); needs --checkpoint with "
+                 "its tokenizer.json; the answers print as text, streamed");
+  flags.add("--prompts-file FILE", &o.text.prompts_file,
+            "prompts as text, one per non-empty line (after any --prompt)");
+  flags.add_switch("--chat", &o.text.chat,
+                   "wrap each text prompt in the checkpoint's chat template (chat_prompt.json, "
+                   "written by tools/smollm2/convert.py)");
   flags.add("--batch N", &o.batch, "random prompts when --prompt-ids is absent", /*min=*/1);
   flags.add("--prompt-len N", &o.prompt_len, "longest random prompt (others are shorter)",
             /*min=*/1);
@@ -65,27 +113,17 @@ Options parse(int argc, char** argv) {
                    "the bucketed GraphRunner, CUDA graphs on a GPU)");
   flags.add_switch("--no-compare", &o.no_compare, "skip the DynamicCache comparison run");
   flags.add_switch("--print-ids", &o.print_ids, "print each prompt's generated ids on a line");
+  flags.add_switch("--ignore-eos", &o.ignore_eos,
+                   "generate --max-new-tokens for every prompt, past any eos id (benchmarks)");
+  flags.add_output_file("--json FILE", &o.json,
+                        "write the main run's timings and ids there (benchmarks/hf_compare.py "
+                        "reads it)");
   flags.add_note(
       "After both runs it compares them (logits within the dtype's tolerance over the steps both\n"
       "took from the same prefix; a greedy token may differ only at a near tie) and prints a\n"
       "verdict line. Exit status: 0, 1 when the verdict is MISMATCH, 2 when a flag is refused.");
   flags.parse(argc, argv);
-  // Flags that would be silently ignored are refused.
-  if (o.top_k > 0 && o.temperature == 0.0) {
-    throw FlagError("--top-k: expected 0 without sampling (--temperature 0 is greedy) but got " +
-                    std::to_string(o.top_k));
-  }
-  if (!o.checkpoint.empty() && flags.given("--shape")) {
-    throw FlagError("--shape: expected no --shape with --checkpoint (the checkpoint has its own)");
-  }
-  if (!o.prompt_ids.empty()) {
-    for (const char* flag : {"--batch", "--prompt-len"}) {
-      if (flags.given(flag)) {
-        throw FlagError(std::string(flag) +
-                        ": expected no value with --prompt-ids (it applies to random prompts)");
-      }
-    }
-  }
+  check_combinations(o, flags);
   return o;
 }
 
@@ -149,7 +187,9 @@ void check_against_model(const Options& o, const ModelConfig& config,
     }
   }
   const int64_t positions = config.max_position_embeddings;
-  const std::string prompt_flag = o.prompt_ids.empty() ? "--prompt-len" : "--prompt-ids";
+  const std::string prompt_flag = o.text.given()         ? "--prompt"
+                                  : o.prompt_ids.empty() ? "--prompt-len"
+                                                         : "--prompt-ids";
   if (static_cast<int64_t>(longest) >= positions) {
     throw FlagError(fmt::format(
         "{}: expected prompts shorter than the model's max_position_embeddings={} (room for a new "
@@ -239,11 +279,16 @@ struct Loaded {
   std::unique_ptr<LlamaModel> model;
   std::string source;
   std::vector<std::vector<int64_t>> prompts;
+  std::unique_ptr<demo::TextSession> text;  ///< text prompts: their tokenizer
 };
 
 Loaded load(const Options& o, at::Device device, at::ScalarType dtype) {
   Loaded out;
   if (!o.prompt_ids.empty()) out.prompts = parse_prompts(o.prompt_ids);
+  if (o.text.given()) {
+    out.text = demo::TextSession::open(o.checkpoint, o.text);
+    out.prompts = out.text->prompt_ids();
+  }
   auto prepare = [&](const ModelConfig& config) {
     check_against_model(o, config, out.prompts);
     if (out.prompts.empty()) out.prompts = random_prompts(o, config.vocab_size);
@@ -285,9 +330,10 @@ GenerateOptions generate_options(const Options& o, const ModelConfig& config, bo
   options.prefill_chunk = o.prefill_chunk;
   options.bucketed = !o.eager;
   options.record_logits = compare;
+  options.stop_at_eos = !o.ignore_eos;
   options.cache = o.cache.empty() ? (config.has_sliding() ? CacheKind::kHybrid : CacheKind::kStatic)
                                   : parse_cache_kind(o.cache);
-  options.on_step = progress();
+  options.on_step = o.text.given() ? nullptr : progress();  // text streams to stdout
   return options;
 }
 
@@ -313,10 +359,29 @@ void print_ids(const GenerateResult& result) {
   }
 }
 
+// The main run for programs: prompt lengths, ids, prefill and decode times.
+void write_json(const std::string& path, const std::vector<std::vector<int64_t>>& prompts,
+                const GenerateResult& r) {
+  nlohmann::ordered_json out;
+  out["rows"] = prompts.size();
+  std::vector<size_t> lens;
+  for (const auto& p : prompts) lens.push_back(p.size());
+  out["prompt_tokens"] = lens;
+  out["tokens"] = r.tokens;
+  out["prefill_seconds"] = r.prefill_seconds;
+  out["decode_seconds"] = r.decode_seconds;
+  out["decode_steps"] = r.decode_steps;
+  out["cache_bytes"] = r.cache_bytes;
+  std::ofstream file(path);
+  file << out.dump(1) << "\n";
+  TORCH_CHECK(file.good(), "--json: could not write '", path, "'");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
+  apps::set_threads(o.threads);
   const at::Device device = apps::parse_device(o.device);
   const at::ScalarType dtype = apps::parse_dtype(o.dtype, device, at::kBFloat16);
   const Loaded run = load(o, device, dtype);
@@ -334,13 +399,18 @@ int main(int argc, char** argv) try {
 
   // Each cache kind runs in its own session, warmed up by one untimed call:
   // the first pass pays one-time costs (thread pools, kernel selection, CUDA
-  // graph capture for the keys this run uses) that are not the cache's.
-  auto timed = [&](const GenerateOptions& opts) {
+  // graph capture for the keys this run uses) that are not the cache's. Text
+  // prompts warm up on two tokens (prefill and one decode step), then the
+  // main run streams its answers.
+  const int64_t warm_tokens = run.text ? std::min<int64_t>(2, o.max_new_tokens) : 0;
+  auto timed = [&](const GenerateOptions& opts, bool stream) {
     Generator session(*run.model, opts, rows, max_len);
-    session.generate(run.prompts);
-    return session.generate(run.prompts);
+    session.generate(run.prompts, warm_tokens);
+    if (!stream) return session.generate(run.prompts);
+    fmt::print("\n");
+    return session.generate(run.prompts, 0, run.text->printer(std::chrono::steady_clock::now()));
   };
-  const GenerateResult main_run = timed(options);
+  const GenerateResult main_run = timed(options, /*stream=*/run.text != nullptr);
   report(to_string(options.cache), main_run, rows);
   bool agree = true;
   if (compare) {
@@ -348,12 +418,13 @@ int main(int argc, char** argv) try {
     dyn.cache = CacheKind::kDynamic;
     dyn.prefill_chunk = chunk;  // the same passes as the static/hybrid run
     dyn.on_step = nullptr;
-    const GenerateResult baseline = timed(dyn);
+    const GenerateResult baseline = timed(dyn, /*stream=*/false);
     report("dynamic", baseline, rows);
     agree = report_comparison(to_string(options.cache), main_run, baseline, dtype,
                               /*greedy=*/o.temperature == 0.0);
   }
   if (o.print_ids) print_ids(main_run);
+  if (!o.json.empty()) write_json(o.json, run.prompts, main_run);
   return agree ? 0 : 1;
 } catch (...) {
   return apps::fail("statickv-demo");

@@ -231,6 +231,7 @@ struct Call {
   GraphRunner* decode_runner;
   int64_t new_tokens;
   at::Generator generator;
+  const TokenCallback& on_token;
 
   at::Tensor forward(GraphRunner* runner, const at::Tensor& ids, const at::Tensor& pos,
                      int64_t attend, Logits which) const {
@@ -256,6 +257,7 @@ struct Call {
           (options.stop_at_eos && is_eos(next[r]))) {
         rows.done[r] = true;
       }
+      if (on_token) on_token(static_cast<int64_t>(r), next[r], rows.done[r]);
     }
   }
 };
@@ -342,7 +344,7 @@ int64_t decode_n_tokens(Call& call, Rows& rows, const std::vector<int64_t>& lens
 }  // namespace
 
 GenerateResult Generator::generate(const std::vector<std::vector<int64_t>>& prompts,
-                                   int64_t max_new_tokens) {
+                                   int64_t max_new_tokens, const TokenCallback& on_token) {
   State& s = *state_;
   TORCH_CHECK(max_new_tokens >= 0, "max_new_tokens: expected >= 0 (0 = the session's ",
               s.options.max_new_tokens, ") but got ", max_new_tokens);
@@ -368,7 +370,8 @@ GenerateResult Generator::generate(const std::vector<std::vector<int64_t>>& prom
               s.prefill_runner.get(),
               s.decode_runner.get(),
               new_tokens,
-              at::make_generator<at::CPUGeneratorImpl>(s.options.seed)};
+              at::make_generator<at::CPUGeneratorImpl>(s.options.seed),
+              on_token};
     const at::Device device = s.model.device();
     auto start = Clock::now();
     call.accept(rows, prefill(call, prompts, lens, s.chunk));

@@ -20,6 +20,7 @@
 // (apps/CMakeLists.txt) carries it to the programs.
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
 #include <torch/cuda.h>
@@ -30,6 +31,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
@@ -219,6 +221,15 @@ class Flags {
                  *target = parse_number(flag, v, min, max);
                });
   }
+  /// A repeatable flag: each occurrence appends its value (an empty one is
+  /// refused); `help` should say that it repeats.
+  void add_list(const std::string& name, std::vector<std::string>* target,
+                const std::string& help) {
+    add_setter(name, help, "", [target](const std::string& flag, const std::string& v) {
+      if (v.empty()) throw FlagError(flag + ": expected a value but got ''");
+      target->push_back(v);
+    });
+  }
   /// A value out of `choices` ("" stays allowed as the default only).
   void add_choice(const std::string& name, std::string* target, std::vector<std::string> choices,
                   const std::string& help) {
@@ -242,6 +253,22 @@ class Flags {
   void add_dtype(std::string* target, at::ScalarType on_cuda) {
     add_choice("--dtype T", target, {"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"},
                "fp32, fp16 or bf16 (default fp32 on cpu, " + dtype_name(on_cuda) + " on cuda)");
+  }
+  /// A file the program will write (--json FILE): one whose folder does not
+  /// exist is refused when parsing, not after the run.
+  void add_output_file(const std::string& name, std::string* target, const std::string& help) {
+    add(name, target, help, [](const std::string& flag, const std::string& value) {
+      const std::filesystem::path file(value);
+      const std::filesystem::path folder = file.has_parent_path() ? file.parent_path() : ".";
+      if (!file.has_filename() || !std::filesystem::is_directory(folder)) {
+        throw FlagError(flag + ": expected a file in an existing folder but got '" + value + "'");
+      }
+    });
+  }
+  /// --threads N: LibTorch's intra-op threads (0: its own choice); apply
+  /// with set_threads().
+  void add_threads(int* target) {
+    add("--threads N", target, "CPU threads for LibTorch (default 0: its own choice)", /*min=*/0);
   }
   /// A switch: present = true; it takes no value.
   void add_switch(const std::string& name, bool* target, const std::string& help) {
@@ -351,6 +378,11 @@ class Flags {
   std::set<std::string> given_;
   std::vector<std::pair<std::string, std::string>> usage_;
 };
+
+/// Applies --threads (0 leaves LibTorch's own choice).
+inline void set_threads(int threads) {
+  if (threads > 0) at::set_num_threads(threads);
+}
 
 /// For main's catch (...): prints "program: what went wrong" (a c10::Error
 /// without its C++ backtrace) to stderr and returns exit status 2.

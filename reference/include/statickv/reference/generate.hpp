@@ -22,6 +22,13 @@ enum class CacheKind { kStatic, kHybrid, kDynamic };
 CacheKind parse_cache_kind(const std::string& name);  // "static" | "hybrid" | "dynamic"
 const char* to_string(CacheKind kind);
 
+/// Streaming: (row, token id, last), where row indexes the call's prompts
+/// and last is true for the row's final token (its token limit, or an eos id
+/// with stop_at_eos; the eos id itself is passed, as it is in the result).
+/// Runs on the calling thread between steps; it must not call back into the
+/// Generator.
+using TokenCallback = std::function<void(int64_t row, int64_t token, bool last)>;
+
 struct GenerateOptions {
   int64_t max_new_tokens = 16;
   CacheKind cache = CacheKind::kHybrid;
@@ -82,8 +89,10 @@ class Generator {
   Generator& operator=(const Generator&) = delete;
 
   /// max_new_tokens: this call's limit (0 = GenerateOptions::max_new_tokens).
+  /// on_token: called for every generated token as soon as it is on the host
+  /// (rows in order within a step), for streaming; see TokenCallback.
   GenerateResult generate(const std::vector<std::vector<int64_t>>& prompts,
-                          int64_t max_new_tokens = 0);
+                          int64_t max_new_tokens = 0, const TokenCallback& on_token = nullptr);
 
   /// True when the runners replay CUDA graphs.
   bool uses_graphs() const;
