@@ -128,15 +128,9 @@ using apps::parse_device;
 using apps::parse_dtype;
 using apps::parse_int_list;
 
-/// --threads N: LibTorch's intra-op threads (0: its own choice); apply with set_threads().
-inline void add_threads_flag(Flags& flags, int* threads) {
-  flags.add("--threads N", threads, "CPU threads for LibTorch (default 0: its own choice)",
-            /*min=*/0);
-}
-
-inline void set_threads(int threads) {
-  if (threads > 0) at::set_num_threads(threads);
-}
+/// --threads N (apps/flags.hpp); apply with set_threads().
+inline void add_threads_flag(Flags& flags, int* threads) { flags.add_threads(threads); }
+using apps::set_threads;
 
 /// The attention stack the cache-only benchmarks time (Llama-3.2-1B's by default).
 struct StackShape {
@@ -167,18 +161,9 @@ inline void check_context(int64_t context, int64_t max_len) {
   }
 }
 
-/// --json FILE: also write the results there. A FILE whose folder does not
-/// exist is refused when parsing, not after the run.
+/// --json FILE (apps/flags.hpp): also write the results there.
 inline void add_json_flag(Flags& flags, std::string* path) {
-  flags.add(
-      "--json FILE", path, "also write the results as JSON to FILE",
-      [](const std::string& flag, const std::string& value) {
-        const std::filesystem::path file(value);
-        const std::filesystem::path folder = file.has_parent_path() ? file.parent_path() : ".";
-        if (value.empty() || !file.has_filename() || !std::filesystem::is_directory(folder)) {
-          throw FlagError(flag + ": expected a file in an existing folder but got '" + value + "'");
-        }
-      });
+  flags.add_output_file("--json FILE", path, "also write the results as JSON to FILE");
 }
 
 // ---------------------------------------------------------------------------

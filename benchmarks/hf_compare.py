@@ -32,6 +32,21 @@ On CUDA, also:
                 fresh hf-compile model and a fresh statickv server: what a
                 new prompt length costs (recompilation vs a bucket capture)
 
+With --checkpoint DIR (a real model: SmolLM2-135M-Instruct from
+tools/smollm2/convert.py) and --demo EXE (statickv-demo), instead:
+
+  smollm2       one chat prompt (--chat-text) at batch --batches (default 1,8),
+                --new-tokens each, eos ignored on both sides so every row does
+                the same work: prefill tokens/s and decode tokens/s of
+                transformers with its DynamicCache (hf-dynamic) and its
+                StaticCache (hf-static), and of statickv-demo through a
+                StaticCache (its --json timings; eager exact shapes on the CPU,
+                bucketed CUDA graphs on a GPU),
+                interleaved round by round. --compile adds hf-static with
+                model.forward compiled by torch.compile(fullgraph=True) as
+                transformers' docs show for static caches (minutes on a CPU:
+                the full benchmark mode only).
+
 Writes --json; prints a table. Python: the .venv of scripts/setup.sh (torch,
 transformers, safetensors). Offline: nothing is downloaded.
 """
@@ -304,9 +319,146 @@ def new_lengths(args, directory, device, dtype, lengths, deadline, rows, save):
         server.close()
 
 
+# ---------------------------------------------------------------------------
+# A real model: SmolLM2-135M-Instruct (--checkpoint, --demo)
+
+CHAT_TEXT = (
+    "A key-value cache keeps the keys and values of every token a transformer has already "
+    "seen, so that each new token attends to them without recomputing them. Explain in a few "
+    "sentences why a cache whose buffers are allocated once, at a fixed size, suits CUDA graphs, "
+    "and what it costs when the batch is smaller than the buffers."
+)
+
+
+def chat_ids(tokenizer, text):
+    return tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                         add_generation_prompt=True, return_dict=True)["input_ids"]
+
+
+def hf_batch(model, prompt, batch, new_tokens, cache, device):
+    """One greedy batch of `batch` copies of `prompt` through transformers:
+    (rows' new ids, prefill seconds (to the first token), decode seconds)."""
+    config = GenerationConfig(
+        do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+        cache_implementation=cache, disable_compile=True,
+        eos_token_id=None, bos_token_id=None, pad_token_id=0,
+    )  # fmt: skip
+    ids = torch.tensor([prompt] * batch, dtype=torch.long, device=device)
+    streamer = TokenTimes()
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config,
+                             streamer=streamer)
+    t = streamer.times  # the prompt, then one put per new token
+    return out[:, len(prompt):].tolist(), t[1] - start, t[-1] - t[1]
+
+
+def statickv_batch(args, prompt, batch, new_tokens, scratch):
+    """The same batch through statickv-demo (StaticCache, its own warm-up
+    call first): (rows' new ids, prefill seconds, decode seconds)."""
+    ids = ",".join(str(i) for i in prompt)
+    command = [args.demo, "--checkpoint", args.checkpoint, "--device", args.device,
+               "--dtype", args.dtype, "--cache", "static", "--no-compare", "--ignore-eos",
+               "--max-new-tokens", str(new_tokens), "--prompt-ids", ";".join([ids] * batch),
+               "--json", str(scratch)]
+    if args.threads:
+        command += ["--threads", str(args.threads)]
+    if args.device == "cpu":
+        command.append("--eager")  # exact shapes: on a CPU, buckets would only add padding
+    run = subprocess.run(command, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise SystemExit(f"{' '.join(command[:4])} ... exited {run.returncode}: {run.stderr}")
+    reply = json.loads(Path(scratch).read_text())
+    return reply["tokens"], reply["prefill_seconds"], reply["decode_seconds"]
+
+
+def rates(prompt_len, batch, new_tokens, prefill_s, decode_s):
+    """(prefill tokens/s, decode tokens/s) of one batch."""
+    return batch * prompt_len / prefill_s, batch * (new_tokens - 1) / decode_s
+
+
+def real_model_batch(args, variants, prompt, batch, scratch):
+    """Interleaved rounds of every variant at one batch size."""
+    per = {name: [] for name in variants}
+    tokens = {}
+    for name, run in variants.items():  # warm-up (a compile happens here)
+        start = time.perf_counter()
+        run(batch)
+        print(f"    warm-up {name:<18} {time.perf_counter() - start:7.1f} s", flush=True)
+    for r in range(args.rounds):
+        names = list(variants)
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            got, prefill_s, decode_s = variants[name](batch)
+            tokens[name] = got
+            per[name].append(rates(len(prompt), batch, args.new_tokens, prefill_s, decode_s))
+    out = {"batch": batch, "prompt_len": len(prompt), "variants": {}}
+    for name, values in per.items():
+        out["variants"][name] = {"prefill_tokens_per_s": summary([p for p, _ in values]),
+                                 "decode_tokens_per_s": summary([d for _, d in values])}
+    for name in variants:
+        if name == "statickv":
+            continue
+        sk, hf = per["statickv"], per[name]
+        out[f"statickv_over_{name}"] = {
+            "prefill": summary([s[0] / h[0] for s, h in zip(sk, hf)]),
+            "decode": summary([s[1] / h[1] for s, h in zip(sk, hf)]),
+            "tokens_identical": tokens[name] == tokens["statickv"]}
+    return out
+
+
+def print_real_model_batch(result):
+    print(f"\n  batch {result['batch']}, prompt {result['prompt_len']} tokens "
+          f"(tokens/s, median [p10, p90])")
+    print(f"  {'':<18} {'prefill':>28} {'decode':>28}")
+    for name, v in result["variants"].items():
+        print(f"  {name:<18} {text(v['prefill_tokens_per_s'], 1, 0):>28} "
+              f"{text(v['decode_tokens_per_s'], 1, 1):>28}")
+    for key, v in result.items():
+        if key.startswith("statickv_over_"):
+            print(f"  {'sk / ' + key[len('statickv_over_'):]:<18} {text(v['prefill'], 1, 2):>28} "
+                  f"{text(v['decode'], 1, 2):>28}   tokens identical: {v['tokens_identical']}")
+
+
+def real_model(args, results, save):
+    """The smollm2 scenario (module docstring)."""
+    from transformers import AutoTokenizer
+
+    device = torch.device(args.device)
+    dtype = DTYPES[args.dtype]
+    prompt = chat_ids(AutoTokenizer.from_pretrained(args.checkpoint), args.chat_text)
+    model = LlamaForCausalLM.from_pretrained(args.checkpoint, dtype=dtype,
+                                             attn_implementation="sdpa").to(device).eval()
+    scratch = Path(args.workdir) / "statickv-demo.json"
+    scratch.parent.mkdir(parents=True, exist_ok=True)
+    variants = {
+        "hf-dynamic": lambda b: hf_batch(model, prompt, b, args.new_tokens, None, device),
+        "hf-static": lambda b: hf_batch(model, prompt, b, args.new_tokens, "static", device),
+        "statickv": lambda b: statickv_batch(args, prompt, b, args.new_tokens, scratch),
+    }
+    if args.compile:
+        compiled = LlamaForCausalLM.from_pretrained(args.checkpoint, dtype=dtype,
+                                                    attn_implementation="sdpa").to(device).eval()
+        compiled.forward = torch.compile(compiled.forward, fullgraph=True, dynamic=False)
+        variants["hf-static-compile"] = lambda b: hf_batch(compiled, prompt, b, args.new_tokens,
+                                                           "static", device)
+    results["scenario"] = "smollm2"
+    results["checkpoint"] = Path(args.checkpoint).name
+    results["batches"] = []
+    for batch in [int(b) for b in args.batches.split(",")]:
+        results["batches"].append(real_model_batch(args, variants, prompt, batch, scratch))
+        print_real_model_batch(results["batches"][-1])
+        save()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--exe", required=True, help="statickv_bench_serve")
+    parser.add_argument("--exe", help="statickv_bench_serve (the random-weight shapes)")
+    parser.add_argument("--checkpoint", help="a real model (SmolLM2): the smollm2 scenario")
+    parser.add_argument("--demo", help="statickv-demo, for --checkpoint")
+    parser.add_argument("--batches", default="1,8", help="--checkpoint: batch sizes")
+    parser.add_argument("--chat-text", default=CHAT_TEXT, help="--checkpoint: the user message")
+    parser.add_argument("--compile", action="store_true",
+                        help="--checkpoint: also hf-static with a torch.compile'd forward")
     parser.add_argument("--shapes", default="tiny", help="comma-separated: tiny, llama-3.2-1b")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--dtype", default=None, help="fp32, fp16, bf16 (default fp32 cpu, bf16 cuda)")
@@ -336,7 +488,8 @@ def main():
     mode = "bucketed" if device.type == "cuda" else "eager"
 
     print(f"hf_compare: transformers {transformers.__version__}, torch {torch.__version__}, "
-          f"{args.dtype} on {args.device}, prompt {args.prompt_len} tokens, "
+          f"{args.dtype} on {args.device}, "
+          f"{'a chat prompt' if args.checkpoint else f'prompt {args.prompt_len} tokens'}, "
           f"{args.new_tokens} new tokens, {args.rounds} rounds, "
           f"{torch.get_num_threads()} CPU threads; statickv mode {mode}", flush=True)
     results = {
@@ -358,6 +511,11 @@ def main():
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)
             Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
 
+    if bool(args.checkpoint) != bool(args.demo) or bool(args.checkpoint) == bool(args.exe):
+        raise SystemExit("hf_compare: expected --exe (random shapes) or --checkpoint with --demo")
+    if args.checkpoint:
+        real_model(args, results, save)
+        args.shapes = ""
     for shape in [s for s in args.shapes.split(",") if s]:
         directory = checkpoint(args.workdir, shape, args.seed, device)
         vocab = hf_config(shape).vocab_size

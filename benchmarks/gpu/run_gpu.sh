@@ -18,7 +18,8 @@
 #
 # Stages run in order, each under `timeout`, and a stage that would start
 # with too little of the budget left is skipped (and says so): build, [cuda]
-# tests, model decode (batch prefix, graphs, bandwidth), prompt lengths,
+# tests, model decode (batch prefix, graphs, bandwidth), SmolLM2-shaped
+# decode at batch 1, 8 and 64, prompt lengths,
 # context length, write cost, attention-stack decode, memory (the short
 # ones), then the Hugging Face comparison with whatever is left (its
 # torch.compile parts stop at a deadline).
@@ -110,6 +111,7 @@ if ((dry)); then
   hfargs=(--shapes tiny --prompt-len 16 --new-tokens 8 --rounds 2)
   write=(--rounds 3 --calls 5)
   decode=(--rounds 3 --calls 2)
+  smollm2=(--shape tiny --dtype fp32 --context 32 --max-len 64 --rounds 2 --calls 2)
 else
   model=(--shape llama-3.2-1b --dtype bf16 --context 1024 --max-len 2048 --rounds 20 --calls 10)
   prompts=(--shape llama-3.2-1b --dtype bf16 --max-len 2048 --prompts 64 --reps 2)
@@ -117,9 +119,18 @@ else
   hfargs=(--shapes llama-3.2-1b --prompt-len 128 --new-tokens 64 --rounds 3 --new-lengths 37,300,1000)
   write=(--rounds 20 --calls 50)
   decode=(--rounds 30 --calls 10)
+  # SmolLM2-135M's shape with random weights (the real ones cannot travel):
+  # batch 1 and 8 (--max-batch 8), batch 64 (--max-batch 64), bf16, graphs.
+  smollm2=(--shape smollm2-135m --dtype bf16 --context 512 --max-len 1024 --rounds 10 --calls 10)
 fi
 have "$B/statickv_bench_model" &&
   stage model_decode 60 120 "$B/statickv_bench_model" --device "$DEV" "${model[@]}" --json "$RES/model_decode.json"
+if have "$B/statickv_bench_model"; then
+  for rows in 8 64; do
+    stage "smollm2_decode_b$rows" 30 60 "$B/statickv_bench_model" --device "$DEV" "${smollm2[@]}" \
+      --max-batch "$rows" --json "$RES/smollm2_decode_b$rows.json"
+  done
+fi
 have "$B/statickv_bench_prompts" &&
   stage prompt_lengths 60 120 "$B/statickv_bench_prompts" --device "$DEV" "${prompts[@]}" --json "$RES/prompt_lengths.json"
 have "$B/statickv_bench_context" &&
