@@ -113,10 +113,14 @@ SMOLLM2="$BUILD_DIR/smollm2"
 if want chat || want agreement || [ $mode = full ] || { ((hf)) && want smollm2; }; then
   run smollm2_convert "$PY" "$STATICKV_ROOT/tools/smollm2/convert.py" "$SMOLLM2"
 fi
+# On a CPU nothing is captured, so bucketed shapes would only add padding:
+# exact shapes there (--eager), CUDA graphs over buckets on a GPU.
+exact=()
+[ "$device" = cpu ] && exact=(--eager)
 want chat && [ -f "$SMOLLM2/convert.stamp.json" ] &&
   run chat "$BUILD_DIR/apps/statickv-demo" --checkpoint "$SMOLLM2" --chat \
     --prompts-file "$STATICKV_ROOT/tools/smollm2/questions.txt" --max-new-tokens 48 \
-    "${common[@]}" "${typed[@]}"
+    "${exact[@]}" "${common[@]}" "${typed[@]}"
 want model && run model_decode "$BENCH/statickv_bench_model" "${common[@]}" "${model[@]}" "${typed[@]}" --json "$RESULTS/model_decode.json"
 want decode && run decode_step "$BENCH/statickv_bench_decode" "${common[@]}" "${decode[@]}" "${typed[@]}" --json "$RESULTS/decode_step.json"
 want prompts && run prompt_lengths "$BENCH/statickv_bench_prompts" "${common[@]}" "${prompts[@]}" "${typed[@]}" --json "$RESULTS/prompt_lengths.json"
