@@ -409,13 +409,13 @@ def real_model_batch(args, variants, prompt, batch, scratch):
 def print_real_model_batch(result):
     print(f"\n  batch {result['batch']}, prompt {result['prompt_len']} tokens "
           f"(tokens/s, median [p10, p90])")
-    print(f"  {'':<18} {'prefill':>28} {'decode':>28}")
+    print(f"  {'':<24} {'prefill':>28} {'decode':>28}")
     for name, v in result["variants"].items():
-        print(f"  {name:<18} {text(v['prefill_tokens_per_s'], 1, 0):>28} "
+        print(f"  {name:<24} {text(v['prefill_tokens_per_s'], 1, 0):>28} "
               f"{text(v['decode_tokens_per_s'], 1, 1):>28}")
     for key, v in result.items():
         if key.startswith("statickv_over_"):
-            print(f"  {'sk / ' + key[len('statickv_over_'):]:<18} {text(v['prefill'], 1, 2):>28} "
+            print(f"  {'sk / ' + key[len('statickv_over_'):]:<24} {text(v['prefill'], 1, 2):>28} "
                   f"{text(v['decode'], 1, 2):>28}   tokens identical: {v['tokens_identical']}")
 
 
