@@ -184,7 +184,11 @@ class StaticKVCache(Cache):
         (every row at the same positions, as transformers' StaticCache)."""
         q = key_states.shape[-2]
         positions = torch.arange(self._seen, self._seen + q, device=key_states.device)
-        self._use_plan(self.native.prepare(positions, key_states.shape[0], self.max_cache_len))
+        # Full layers expose exactly the columns stored (as transformers'
+        # DynamicCache does): with max_cache_len columns, its sdpa path would
+        # drop the mask of an unpadded decode step and attend to empty slots.
+        attend = min(self._seen + q, self.max_cache_len)
+        self._use_plan(self.native.prepare(positions, key_states.shape[0], attend))
         self._kv_offset = max(self._seen + q - self.native.capacity(self._first_sliding()), 0) \
             if SLIDING in self.layer_types else 0
         self._seen += q
@@ -212,8 +216,8 @@ class StaticKVCache(Cache):
     # -- what transformers asks -------------------------------------------------
 
     def get_mask_sizes(self, query_length, layer_idx=0):
-        if self.layer_types[layer_idx] == FULL:
-            return self.max_cache_len, 0
+        if self.layer_types[layer_idx] == FULL:  # plain generate; see _plain_step
+            return self._seen + query_length, 0
         capacity = self.native.capacity(layer_idx)
         return capacity, max(self._seen + query_length - capacity, 0)
 
