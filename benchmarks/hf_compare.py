@@ -2,6 +2,7 @@
 """statickv against what users run today: Hugging Face transformers' static cache.
 
 usage: hf_compare.py --exe BUILD/benchmarks/statickv_bench_serve [options]
+       hf_compare.py --parts seeds [options]        (the Python package's scenarios)
 
 For each shape (tiny, llama-3.2-1b: random weights, seeded), builds the model
 in transformers, saves it as a checkpoint (config.json + model.safetensors,
@@ -31,6 +32,22 @@ On CUDA, also:
                 the time to the first token of the first request, from a
                 fresh hf-compile model and a fresh statickv server: what a
                 new prompt length costs (recompilation vs a bucket capture)
+
+--parts seeds: the two problems statickv was built for, end to end with
+compile time included, through the Python package (pip install
+--no-build-isolation .), the forward compiled as a user would
+(torch.compile(model.forward, dynamic=False, fullgraph=True), Inductor;
+mode="reduce-overhead" on CUDA):
+  seed_37394    batch 4, 2, 3, 1 (48-token prompts)
+  seed_29151    16 prompts of new lengths 17..120, one at a time
+  hf_static     transformers' StaticCache, fresh per call (it allocates for
+                its first call's batch), model.generate; dynamo's recompile
+                limit raised to 64 so it can finish
+  statickv      one statickv.hf.StaticKVCache for both scenarios' calls,
+                statickv.hf.generate, batch buckets {1, 2, 4}, prompt
+                buckets {32, 64, 96, 128}, the default recompile limit (8)
+Reported: total seconds, per-request seconds (the first request at each new
+length), graphs compiled, graph breaks, and whether the tokens are equal.
 
 Writes --json; prints a table. Python: the .venv of scripts/setup.sh (torch,
 transformers, safetensors). Offline: nothing is downloaded.
