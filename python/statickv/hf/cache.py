@@ -60,7 +60,9 @@ def native_config(config, max_batch_size, max_cache_len, device, dtype, max_chun
     native.head_dim = head_dim or text.hidden_size // text.num_attention_heads
     native.max_batch = max_batch_size
     native.max_len = max_cache_len
-    native.dtype = dtype if dtype is not None else torch.float32
+    config_dtype = getattr(text, "dtype", None)
+    default = config_dtype if isinstance(config_dtype, torch.dtype) else torch.float32
+    native.dtype = dtype if dtype is not None else default
     native.device = torch.device(device if device is not None else "cpu")
     native.layer_types = [_NATIVE_TYPES[t] for t in types]
     if SLIDING in types:
@@ -106,6 +108,11 @@ class StaticKVLayer(CacheLayerMixin):
 class StaticKVCache(Cache):
     """A transformers Cache for Llama, Mistral and Qwen2 over statickv's
     HybridCache (or StaticCache when every layer is full attention).
+
+    device: default CPU; dtype: default the config's dtype (float32 when it
+    names none). max_chunk: the most tokens one step may carry (default:
+    the sliding window with sliding layers, else max_cache_len); a sliding
+    ring holds sliding_window + max_chunk - 1 positions (Note [ring capacity]).
 
     batch_buckets: decode batch sizes (default powers of two up to
     max_batch_size); prefill_batch_buckets: prefill batch sizes (default the
@@ -189,12 +196,16 @@ class StaticKVCache(Cache):
         # drop the mask of an unpadded decode step and attend to empty slots.
         attend = min(self._seen + q, self.max_cache_len)
         self._use_plan(self.native.prepare(positions, key_states.shape[0], attend))
-        self._kv_offset = max(self._seen + q - self.native.capacity(self._first_sliding()), 0) \
-            if SLIDING in self.layer_types else 0
+        self._kv_offset = self._sliding_offset(q)
         self._seen += q
 
-    def _first_sliding(self):
-        return self.layer_types.index(SLIDING)
+    def _sliding_offset(self, query_length):
+        """Plain generate: the position the rotated ring starts at (0 before
+        it wraps), the kv_offset transformers' sliding mask is given."""
+        if SLIDING not in self.layer_types:
+            return 0
+        capacity = self.native.capacity(self.layer_types.index(SLIDING))
+        return max(self._seen + query_length - capacity, 0)
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         """Writes one layer's new keys and values with
@@ -218,8 +229,7 @@ class StaticKVCache(Cache):
     def get_mask_sizes(self, query_length, layer_idx=0):
         if self.layer_types[layer_idx] == FULL:  # plain generate; see _plain_step
             return self._seen + query_length, 0
-        capacity = self.native.capacity(layer_idx)
-        return capacity, max(self._seen + query_length - capacity, 0)
+        return self.native.capacity(layer_idx), self._sliding_offset(query_length)
 
     def get_seq_length(self, layer_idx=0):
         return self._seen
