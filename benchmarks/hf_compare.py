@@ -392,6 +392,10 @@ def seed_scenarios(args, directory, device, dtype, entry, save):
     # transformers recompiles per batch size and prompt length: past dynamo's
     # default limit (8) it would fail, so it gets room to finish.
     torch._dynamo.config.recompile_limit = 64
+    # Cold compiles on both sides: Inductor's on-disk caches would hand a
+    # rerun the graphs an earlier run compiled.
+    torch._inductor.config.fx_graph_cache = False
+    torch._functorch.config.enable_autograd_cache = False
     hf = compile_forward(load_hf(directory, dtype, device, compiled=False), device,
                          args.compile_backend)
     hf_runs = {name: timed_requests(lambda ids, n: hf_static_request(hf, ids, n, max_len), rows,
