@@ -98,9 +98,10 @@ def _forward(model, cache, ids, positions):
     """One forward at a bucketed shape: the host plans the step, the (maybe
     compiled) forward runs with statickv's masks."""
     device = cache.layers[0].keys.device
+    positions = positions.to(device)  # prepare() takes positions on the cache's device
     masks = cache.begin_step(positions, ids.shape[0])
     out = model(input_ids=ids.to(device), attention_mask=masks,
-                position_ids=positions.clamp_min(0).to(device), cache=cache, use_cache=True)
+                position_ids=positions.clamp_min(0), cache=cache, use_cache=True)
     return out.logits
 
 
