@@ -114,6 +114,18 @@ if ((hf)) && want hf; then
   else
     echo "== hf_compare skipped: no transformers in $PY"
   fi
+  # The two seed scenarios through the Python package, compiled with
+  # Inductor (CUDA graphs on a GPU): compiles take minutes on a 2-core CPU,
+  # so full mode (or CUDA) only.
+  if [ "$mode" = full ] || [ "$device" = cuda ]; then
+    if "$PY" -c 'import statickv.hf' 2>/dev/null; then
+      run hf_seeds "$PY" "$STATICKV_ROOT/benchmarks/hf_compare.py" --parts seeds --shapes tiny \
+        --device "$device" ${threads:+--threads "$threads"} --new-tokens 16 \
+        --workdir "$RESULTS/hf" --json "$RESULTS/hf_seeds.json"
+    else
+      echo "== hf_seeds skipped: the Python package statickv is not installed in $PY"
+    fi
+  fi
 fi
 echo
 "$PY" "$STATICKV_ROOT/benchmarks/report.py" "$RESULTS" --title "statickv benchmarks ($mode, $device)"
