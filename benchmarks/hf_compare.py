@@ -2,6 +2,7 @@
 """statickv against what users run today: Hugging Face transformers' static cache.
 
 usage: hf_compare.py --exe BUILD/benchmarks/statickv_bench_serve [options]
+       hf_compare.py --parts seeds [options]        (the Python package's scenarios)
 
 For each shape (tiny, llama-3.2-1b: random weights, seeded), builds the model
 in transformers, saves it as a checkpoint (config.json + model.safetensors,
@@ -32,8 +33,8 @@ On CUDA, also:
                 fresh hf-compile model and a fresh statickv server: what a
                 new prompt length costs (recompilation vs a bucket capture)
 
-With --checkpoint DIR (a real model: SmolLM2-135M-Instruct from
-tools/smollm2/convert.py) and --demo EXE (statickv-demo), instead:
+--parts smollm2, with --checkpoint DIR (a real model: SmolLM2-135M-Instruct
+from tools/smollm2/convert.py) and --demo EXE (statickv-demo):
 
   smollm2       one chat prompt (--chat-text) at batch --batches (default 1,8),
                 --new-tokens each, eos ignored on both sides so every row does
@@ -46,6 +47,21 @@ tools/smollm2/convert.py) and --demo EXE (statickv-demo), instead:
                 model.forward compiled by torch.compile(fullgraph=True) as
                 transformers' docs show for static caches (minutes on a CPU:
                 the full benchmark mode only).
+--parts seeds: the two problems statickv was built for, end to end with
+compile time included, through the Python package (pip install
+--no-build-isolation .), the forward compiled as a user would
+(torch.compile(model.forward, dynamic=False, fullgraph=True), Inductor;
+mode="reduce-overhead" on CUDA):
+  seed_37394    batch 4, 2, 3, 1 (48-token prompts)
+  seed_29151    16 prompts of new lengths 17..120, one at a time
+  hf_static     transformers' StaticCache, fresh per call (it allocates for
+                its first call's batch), model.generate; dynamo's recompile
+                limit raised to 64 so it can finish
+  statickv      one statickv.hf.StaticKVCache for both scenarios' calls,
+                statickv.hf.generate, batch buckets {1, 2, 4}, prompt
+                buckets {32, 64, 96, 128}, the default recompile limit (8)
+Reported: total seconds, per-request seconds (the first request at each new
+length), graphs compiled, graph breaks, and whether the tokens are equal.
 
 Writes --json; prints a table. Python: the .venv of scripts/setup.sh (torch,
 transformers, safetensors). Offline: nothing is downloaded.
@@ -68,7 +84,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from transformers import CompileConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers import (  # noqa: E402
+    CompileConfig,
+    GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    StaticCache,
+)
 from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -448,17 +470,123 @@ def real_model(args, results, save):
         results["batches"].append(real_model_batch(args, variants, prompt, batch, scratch))
         print_real_model_batch(results["batches"][-1])
         save()
+SEED_BATCHES = [4, 2, 3, 1]  # transformers PR 37394 / issue 42454
+SEED_LENGTHS = [17 + 7 * i for i in range(15)] + [120]  # issue 29151: 16 new lengths
+
+
+def compile_forward(model, device, backend):
+    """What a user writes: the forward compiled at static shapes (Inductor;
+    CUDA graphs too on a GPU)."""
+    mode = "reduce-overhead" if device.type == "cuda" and backend == "inductor" else None
+    model.forward = torch.compile(model.forward, backend=backend, dynamic=False, fullgraph=True,
+                                  mode=mode)
+    return model
+
+
+def hf_static_request(model, ids, new_tokens, max_len):
+    """transformers' StaticCache, fresh per call: it allocates for its first
+    update's batch and cannot serve another one afterwards."""
+    text = model.config
+    cache = StaticCache(config=text, max_cache_len=max_len)
+    cache.early_initialization(ids.shape[0], text.num_key_value_heads, text.head_dim,
+                               model.dtype, ids.device)
+    return model.generate(ids, attention_mask=torch.ones_like(ids), past_key_values=cache,
+                          max_new_tokens=new_tokens, do_sample=False, disable_compile=True,
+                          pad_token_id=0)
+
+
+def timed_requests(request, inputs, device):
+    """Runs the requests in order from a clean dynamo state: total seconds
+    (compiles included), per-request seconds, graphs compiled, outputs."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    seconds, outputs = [], []
+    start = time.perf_counter()
+    for ids, new_tokens in inputs:
+        t = time.perf_counter()
+        with torch.no_grad():
+            outputs.append(request(ids.to(device), new_tokens).cpu())
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - t)
+    total = time.perf_counter() - start
+    graphs = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
+    return {"total_s": total, "request_s": seconds, "graphs": graphs, "graph_breaks": breaks,
+            "outputs": outputs}
+
+
+def seed_inputs(vocab, seed, prompt_len, new_tokens):
+    gen = torch.Generator().manual_seed(seed)
+    batches = [(torch.randint(1, vocab, (b, prompt_len), generator=gen), new_tokens)
+               for b in SEED_BATCHES]
+    lengths = [(torch.randint(1, vocab, (1, n), generator=gen), new_tokens) for n in SEED_LENGTHS]
+    return {"seed_37394": batches, "seed_29151": lengths}
+
+
+def seed_scenarios(args, directory, device, dtype, entry, save):
+    """The two seed scenarios end to end, compile time included: transformers'
+    StaticCache (fresh per call) against one statickv.hf.StaticKVCache, both
+    with the forward compiled by the user."""
+    import statickv.hf  # the Python package (pip install --no-build-isolation .)
+
+    max_len = 128 + args.new_tokens  # the largest prompt bucket, then the new tokens
+    inputs = seed_inputs(hf_config(entry["shape"]).vocab_size, args.seed, 48, args.new_tokens)
+    # transformers recompiles per batch size and prompt length: past dynamo's
+    # default limit (8) it would fail, so it gets room to finish.
+    torch._dynamo.config.recompile_limit = 64
+    # Cold compiles on both sides: Inductor's on-disk caches would hand a
+    # rerun the graphs an earlier run compiled.
+    torch._inductor.config.fx_graph_cache = False
+    torch._functorch.config.enable_autograd_cache = False
+    hf = compile_forward(load_hf(directory, dtype, device, compiled=False), device,
+                         args.compile_backend)
+    hf_runs = {name: timed_requests(lambda ids, n: hf_static_request(hf, ids, n, max_len), rows,
+                                    device) for name, rows in inputs.items()}
+    del hf
+    torch._dynamo.config.recompile_limit = 8
+    model = compile_forward(load_hf(directory, dtype, device, compiled=False), device,
+                         args.compile_backend)
+    cache = statickv.hf.StaticKVCache(model.config, max_batch_size=4, max_cache_len=max_len,
+                                      device=device, dtype=dtype, batch_buckets=[1, 2, 4],
+                                      prompt_buckets=[32, 64, 96, 128])
+    sk_runs = {name: timed_requests(
+        lambda ids, n: statickv.hf.generate(model, cache, ids, max_new_tokens=n), rows, device)
+        for name, rows in inputs.items()}
+    entry["seeds"] = {name: seed_row(hf_runs[name], sk_runs[name]) for name in inputs}
+    print_seeds(entry["seeds"])
+    save()
+
+
+def seed_row(hf, sk):
+    same = all(torch.equal(a, b) for a, b in zip(hf.pop("outputs"), sk.pop("outputs")))
+    return {"hf_static": hf, "statickv": sk, "same_tokens": same,
+            "speedup_total": hf["total_s"] / sk["total_s"]}
+
+
+def print_seeds(rows):
+    print("\n  seed scenarios (compile time included)      total s  graphs  breaks", flush=True)
+    for name, row in rows.items():
+        for side in ("hf_static", "statickv"):
+            r = row[side]
+            print(f"  {name:11s} {side:28s} {r['total_s']:8.1f}  {r['graphs']:6d}  "
+                  f"{r['graph_breaks']:6d}")
+        print(f"  {name:11s} statickv faster in total: {row['speedup_total']:.1f}x; "
+              f"same tokens: {row['same_tokens']}")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--exe", help="statickv_bench_serve (the random-weight shapes)")
-    parser.add_argument("--checkpoint", help="a real model (SmolLM2): the smollm2 scenario")
-    parser.add_argument("--demo", help="statickv-demo, for --checkpoint")
+    parser.add_argument("--checkpoint", help="smollm2 part: the converted SmolLM2 checkpoint")
+    parser.add_argument("--demo", help="smollm2 part: statickv-demo")
     parser.add_argument("--batches", default="1,8", help="--checkpoint: batch sizes")
     parser.add_argument("--chat-text", default=CHAT_TEXT, help="--checkpoint: the user message")
     parser.add_argument("--compile", action="store_true",
                         help="--checkpoint: also hf-static with a torch.compile'd forward")
+    parser.add_argument("--exe", default="", help="statickv_bench_serve (the serve part)")
+    parser.add_argument("--parts", default="serve", help="comma-separated: serve (statickv_bench_serve "
+                        "against hf), seeds (the two seed scenarios through the Python package), "
+                        "smollm2 (the real model: --checkpoint, --demo)")
     parser.add_argument("--shapes", default="tiny", help="comma-separated: tiny, llama-3.2-1b")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--dtype", default=None, help="fp32, fp16, bf16 (default fp32 cpu, bf16 cuda)")
@@ -471,11 +599,20 @@ def main():
     parser.add_argument("--workdir", default="results/hf", help="checkpoints are kept here")
     parser.add_argument("--new-lengths", default="", help="CUDA: prompt lengths for first-request times")
     parser.add_argument("--no-compile", action="store_true", help="CUDA: skip the torch.compile runs")
+    parser.add_argument("--compile-backend", default="inductor",
+                        help="seeds: torch.compile backend (inductor; eager or aot_eager to test)")
     parser.add_argument("--deadline-s", type=float, default=0, help="stop optional parts after this")
     parser.add_argument("--json", default="", help="write results here")
     parser.add_argument("--cuda-parts-on-cpu", action="store_true",
                         help="testing: run the torch.compile and new-length parts on the CPU too")
     args = parser.parse_args()
+    parts = {p for p in args.parts.split(",") if p}
+    if not parts <= {"serve", "seeds", "smollm2"}:
+        parser.error(f"--parts: expected serve, seeds and/or smollm2 but got {args.parts}")
+    if "serve" in parts and not args.exe:
+        parser.error("--exe: expected statickv_bench_serve for the serve part")
+    if "smollm2" in parts and not (args.checkpoint and args.demo):
+        parser.error("--checkpoint, --demo: expected both for the smollm2 part")
     args.dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
     started = time.perf_counter()
     deadline = started + args.deadline_s if args.deadline_s > 0 else float("inf")
@@ -489,7 +626,7 @@ def main():
 
     print(f"hf_compare: transformers {transformers.__version__}, torch {torch.__version__}, "
           f"{args.dtype} on {args.device}, "
-          f"{'a chat prompt' if args.checkpoint else f'prompt {args.prompt_len} tokens'}, "
+          f"{'a chat prompt' if parts == {'smollm2'} else f'prompt {args.prompt_len} tokens'}, "
           f"{args.new_tokens} new tokens, {args.rounds} rounds, "
           f"{torch.get_num_threads()} CPU threads; statickv mode {mode}", flush=True)
     results = {
@@ -511,18 +648,19 @@ def main():
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)
             Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
 
-    if bool(args.checkpoint) != bool(args.demo) or bool(args.checkpoint) == bool(args.exe):
-        raise SystemExit("hf_compare: expected --exe (random shapes) or --checkpoint with --demo")
-    if args.checkpoint:
+    if "smollm2" in parts:
         real_model(args, results, save)
-        args.shapes = ""
-    for shape in [s for s in args.shapes.split(",") if s]:
+    for shape in [s for s in args.shapes.split(",") if s and parts & {"serve", "seeds"}]:
         directory = checkpoint(args.workdir, shape, args.seed, device)
         vocab = hf_config(shape).vocab_size
         prompt = torch.randint(0, vocab, (args.prompt_len,),
                                generator=torch.Generator().manual_seed(args.seed + 1)).tolist()
         entry = {"shape": shape}
         results["shapes"].append(entry)
+        if "seeds" in parts:
+            seed_scenarios(args, directory, device, dtype, entry, save)
+        if "serve" not in parts:
+            continue
         hf_model = load_hf(directory, dtype, device, compiled=False)
         server = Server(args.exe, directory, args.device, args.dtype, mode, args.max_len,
                         args.threads)

@@ -5,9 +5,10 @@ usage: report.py [RESULTS_DIR] [--title TEXT] [--plots-only]
 
 Reads whichever of these RESULTS_DIR holds (scripts/demo.sh writes them):
   decode_step.json  model_decode.json  prompt_lengths.json  context_length.json
-  write_cost.json   memory.json        hf_compare.json
+  write_cost.json   memory.json        hf_compare.json   hf_seeds.json
   hf_smollm2.json   smollm2_agreement.json   smollm2_decode_b8.json  smollm2_decode_b64.json
-and chat.txt (statickv-demo's SmolLM2 answers, shown as printed), and writes RESULTS_DIR/REPORT.md: one section per benchmark with its table,
+and chat.txt (statickv-demo's SmolLM2 answers, shown as printed), and writes
+RESULTS_DIR/REPORT.md: one section per benchmark with its table,
 the command that produced it, the machine, LibTorch version and date, and the
 plots (RESULTS_DIR/*.png, drawn with gnuplot when it is installed: Debian's
 gnuplot-nox). Standard library only.
@@ -300,6 +301,22 @@ def smollm2_agreement(d, plots):
             table(["dtype", "answers equal to fp32", "leading ids equal, per prompt"], rows))
 
 
+def hf_seeds(d, plots):
+    rows = []
+    for e in d["shapes"]:
+        for name, row in e.get("seeds", {}).items():
+            hf, sk = row["hf_static"], row["statickv"]
+            rows.append([e["shape"], name, f"{hf['total_s']:.1f}", hf["graphs"],
+                         f"{sk['total_s']:.1f}", sk["graphs"], f"{row['speedup_total']:.1f}x",
+                         row["same_tokens"]])
+    return "\n\n".join([
+        "The two seed scenarios end to end, compile time included (hf_compare.py --parts "
+        "seeds): transformers' StaticCache fresh per call against one statickv.hf.StaticKVCache, "
+        f"both with the forward compiled; {d['new_tokens']} new tokens per request.",
+        table(["shape", "scenario", "hf total s", "hf graphs", "statickv total s",
+               "statickv graphs", "statickv faster", "same tokens"], rows)])
+
+
 SECTIONS = [
     ("model_decode", "Batch-prefix cost, eager vs graphs, bandwidth (reference model decode)",
      model_decode),
@@ -307,6 +324,7 @@ SECTIONS = [
     ("prompt_lengths", "New prompt lengths (HF issue 29151)", prompt_lengths),
     ("context_length", "Decode cost vs context length", context_length),
     ("hf_compare", "Against Hugging Face transformers' static cache", hf_compare),
+    ("hf_seeds", "The seed scenarios from Python (HF PR 37394, issue 29151)", hf_seeds),
     ("write_cost", "Cache write cost per layer per step", write_cost),
     ("memory", "Memory: hybrid vs all-full", memory),
     ("hf_smollm2", "SmolLM2-135M against Hugging Face transformers", hf_smollm2),

@@ -135,6 +135,18 @@ if ((hf)) && want hf; then
   else
     echo "== hf_compare skipped: no transformers in $PY"
   fi
+  # The two seed scenarios through the Python package, compiled with
+  # Inductor (CUDA graphs on a GPU): compiles take minutes on a 2-core CPU,
+  # so full mode (or CUDA) only.
+  if [ "$mode" = full ] || [ "$device" = cuda ]; then
+    if "$PY" -c 'import statickv.hf' 2>/dev/null; then
+      run hf_seeds "$PY" "$STATICKV_ROOT/benchmarks/hf_compare.py" --parts seeds --shapes tiny \
+        --device "$device" ${threads:+--threads "$threads"} --new-tokens 16 \
+        --workdir "$RESULTS/hf" --json "$RESULTS/hf_seeds.json"
+    else
+      echo "== hf_seeds skipped: the Python package statickv is not installed in $PY"
+    fi
+  fi
 fi
 # bf16/fp16 answers against fp32 (a report): full mode, or when asked for.
 if [[ $mode == full || ",$only," == *",agreement,"* ]] && [ -f "$SMOLLM2/convert.stamp.json" ]; then
@@ -143,7 +155,7 @@ if [[ $mode == full || ",$only," == *",agreement,"* ]] && [ -f "$SMOLLM2/convert
     --prompts "$STATICKV_ROOT/tools/smollm2/questions.txt" --json "$RESULTS/smollm2_agreement.json"
 fi
 if ((hf)) && want smollm2 && [ -f "$SMOLLM2/convert.stamp.json" ]; then
-  run hf_smollm2 "$PY" "$STATICKV_ROOT/benchmarks/hf_compare.py" --checkpoint "$SMOLLM2" \
+  run hf_smollm2 "$PY" "$STATICKV_ROOT/benchmarks/hf_compare.py" --parts smollm2 --checkpoint "$SMOLLM2" \
     --demo "$BUILD_DIR/apps/statickv-demo" --device "$device" ${threads:+--threads "$threads"} \
     "${smollm2[@]}" "${typed[@]}" --workdir "$RESULTS/hf" --json "$RESULTS/hf_smollm2.json"
 fi

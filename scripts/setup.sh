@@ -14,6 +14,7 @@ BUILD_DIR=${STATICKV_BUILD_DIR:-$STATICKV_ROOT/build}
 
 need=(cmake g++ ninja-build catch2 nlohmann-json3-dev clang-format gnuplot-nox)
 need+=(libre2-dev)  # <re2/re2.h>, which pytorch-tokenizers' headers include (reference/tokenizer)
+need+=(python3-dev)  # Python's headers, which Inductor compiles against (the Python package's tests)
 # Callers add their own needs (scripts/test.sh: clang and libclang-rt-dev for libFuzzer).
 # shellcheck disable=SC2206  # a space-separated list of package names
 need+=(${STATICKV_EXTRA_PACKAGES:-})
@@ -52,6 +53,27 @@ SMOLLM2_PIP=(gguf==0.19.0 accelerate==1.15.0 pytorch-tokenizers==1.5.0)
 if ! "$VENV/bin/python" -c 'import sys, importlib.metadata as m; sys.exit(any(m.version(n) != v for n, v in (a.split("==") for a in sys.argv[1:])))' "${SMOLLM2_PIP[@]}" >/dev/null 2>&1; then
   echo "== pip install ${SMOLLM2_PIP[*]} (SmolLM2 conversion, statickv::tokenizer)"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${SMOLLM2_PIP[@]}"
+fi
+# The Python package statickv (python/, pyproject.toml), built against the
+# pinned torch (--no-build-isolation) and installed into .venv; its tests
+# (python/tests, ctest's python_tests) need pytest. Skipped when the
+# installed build's stamp matches the sources' hash.
+if ! "$VENV/bin/python" -c 'import pytest, wheel' >/dev/null 2>&1; then
+  echo "== pip install pytest wheel (the Python package's build and tests)"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check pytest wheel
+fi
+statickv_py_hash=$(find pyproject.toml setup.py include/statickv python/csrc python/statickv \
+  -type f \( -name '*.py' -o -name '*.cpp' -o -name '*.hpp' -o -name '*.toml' \) | LC_ALL=C sort |
+  xargs sha256sum | sha256sum | cut -d' ' -f1)
+STATICKV_PY_STAMP="$VENV/.statickv-python-stamp"
+if [ "$(cat "$STATICKV_PY_STAMP" 2>/dev/null)" != "$statickv_py_hash" ] ||
+  ! "$VENV/bin/python" -c 'import statickv' >/dev/null 2>&1; then
+  echo "== pip install --no-build-isolation . (the Python package statickv; a few minutes the first time)"
+  py_cxx=g++
+  [ -x /usr/lib/ccache/g++ ] && py_cxx=/usr/lib/ccache/g++
+  CXX=$py_cxx MAX_JOBS=$(nproc) "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
+    --no-build-isolation --no-deps "$STATICKV_ROOT"
+  echo "$statickv_py_hash" >"$STATICKV_PY_STAMP"
 fi
 TORCH_PREFIX=$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 

@@ -1,0 +1,29 @@
+#pragma once
+// torch.ops.statickv: the cache write as a registered operator, so that a
+// compiled forward (torch.compile, AOTInductor) can write into statickv's
+// buffers in place with no graph break and no copy of the cache.
+//
+// Schema (registered in ops.cpp):
+//   statickv::cache_write(Tensor(a!) keys, Tensor(b!) values, Tensor key,
+//                         Tensor value, Tensor slots) -> ()
+// keys, values: one layer's whole buffers [max_batch, kv_heads, slots_len,
+// head_dim] (the scratch slot included); key, value: [b, kv_heads, q,
+// head_dim]; slots: int64 [q] (every row at the same slots) or [b, q] (per
+// row), as StepPlan::write_slots() gives them, every value in [0, slots_len).
+// Rows 0..b-1 are written; nothing else changes.
+
+#include <ATen/ATen.h>
+
+namespace statickv::ops {
+
+/// The eager kernel (any device): one index_copy_ per buffer. Checks only
+/// metadata on the host (Invariant [graph-safe step], docs/design.md).
+void cache_write(const at::Tensor& keys, const at::Tensor& values, const at::Tensor& key,
+                 const at::Tensor& value, const at::Tensor& slots);
+
+/// The shape checks every implementation runs (the fake one included), so a
+/// bad call fails at trace time with the same message as in eager mode.
+void check_cache_write(const at::Tensor& keys, const at::Tensor& values, const at::Tensor& key,
+                       const at::Tensor& value, const at::Tensor& slots);
+
+}  // namespace statickv::ops

@@ -1,0 +1,189 @@
+"""statickv.hf.generate: statickv's own generation loop around model(...).
+
+Batch and prompt are padded to the cache's buckets, so a forward compiled
+with torch.compile(dynamic=False) compiles at most once per bucket: prefill
+once per (prefill batch bucket, prompt bucket), decode once per batch bucket.
+Masks are statickv's own, per layer type (a ring puts position p in slot
+p % capacity, so transformers' sliding mask, which reads key index i as a
+position offset, would be wrong once a row wraps). Returns what
+model.generate returns for the same arguments: the input ids followed by the
+new ids, rows that finished padded with pad_token_id.
+"""
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from transformers.generation.logits_process import (
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+_SUPPORTED = {"max_new_tokens", "max_length", "do_sample", "temperature", "top_k", "top_p",
+              "eos_token_id", "pad_token_id", "bos_token_id", "use_cache"}
+
+
+@dataclass
+class _Options:
+    max_new_tokens: int
+    do_sample: bool
+    processors: LogitsProcessorList
+    eos: torch.Tensor | None
+    pad_token_id: int
+
+
+def _options(model, input_len, kwargs):
+    unsupported = sorted(set(kwargs) - _SUPPORTED)
+    if unsupported:
+        raise ValueError(f"generate_kwargs: expected only {sorted(_SUPPORTED)} but got "
+                         f"{unsupported}")
+    config = copy.deepcopy(model.generation_config)
+    config.update(**kwargs)
+    new = config.max_new_tokens
+    if new is None:
+        new = config.max_length - input_len
+    processors = LogitsProcessorList()
+    if config.do_sample:
+        if config.temperature is not None and config.temperature != 1.0:
+            processors.append(TemperatureLogitsWarper(config.temperature))
+        if config.top_k is not None and config.top_k != 0:
+            processors.append(TopKLogitsWarper(config.top_k))
+        if config.top_p is not None and config.top_p < 1.0:
+            processors.append(TopPLogitsWarper(config.top_p))
+    eos = config.eos_token_id
+    eos = None if eos is None else torch.tensor(eos if isinstance(eos, list) else [eos])
+    pad = config.pad_token_id
+    pad = pad if pad is not None else (int(eos[0]) if eos is not None else 0)
+    return _Options(new, bool(config.do_sample), processors, eos, pad)
+
+
+def _prompt_lengths(input_ids, attention_mask):
+    """Real tokens per row, checking that padding is on the left."""
+    if attention_mask is None:
+        return torch.full((input_ids.shape[0],), input_ids.shape[1], dtype=torch.long)
+    mask = attention_mask.to("cpu", torch.long)
+    if mask.shape != input_ids.shape:
+        raise ValueError(f"attention_mask: expected the shape of input_ids "
+                         f"{list(input_ids.shape)} but got {list(mask.shape)}")
+    lengths = mask.sum(1)
+    left = torch.arange(mask.shape[1]).unsqueeze(0) >= (mask.shape[1] - lengths).unsqueeze(1)
+    if not torch.equal(mask.bool(), left):
+        raise ValueError("attention_mask: expected left padding (each row's ones at its end), "
+                         "as transformers uses for generation")
+    if int(lengths.min()) < 1:
+        raise ValueError("attention_mask: expected at least one real token per row but a row "
+                         "has none")
+    return lengths
+
+
+def _check(cache, input_ids, lengths, options):
+    b = input_ids.shape[0]
+    if input_ids.dim() != 2 or b < 1:
+        raise ValueError(f"input_ids: expected [batch, length] but got {list(input_ids.shape)}")
+    if b > cache.max_batch_size:
+        raise ValueError(f"input_ids: expected a batch <= max_batch_size="
+                         f"{cache.max_batch_size} but got {b}")
+    if options.max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens: expected >= 1 but got {options.max_new_tokens}")
+    total = int(lengths.max()) + options.max_new_tokens
+    if total > cache.max_cache_len:
+        raise ValueError(f"max_new_tokens: expected prompt length + max_new_tokens <= "
+                         f"max_cache_len={cache.max_cache_len} but got {int(lengths.max())} + "
+                         f"{options.max_new_tokens} = {total}")
+
+
+def _forward(model, cache, ids, positions):
+    """One forward at a bucketed shape: the host plans the step, the (maybe
+    compiled) forward runs with statickv's masks."""
+    device = cache.layers[0].keys.device
+    positions = positions.to(device)  # prepare() takes positions on the cache's device
+    masks = cache.begin_step(positions, ids.shape[0])
+    out = model(input_ids=ids.to(device), attention_mask=masks,
+                position_ids=positions.clamp_min(0), cache=cache, use_cache=True)
+    return out.logits
+
+
+def _prefill(model, cache, input_ids, lengths):
+    """Prefills every row in chunks of at most the largest prompt bucket;
+    returns each row's last-token logits [b, vocab] (float32)."""
+    b, width = input_ids.shape
+    batch = cache.prefill_batch_buckets.round_up(b)
+    chunk = cache.prompt_buckets.max
+    longest = int(lengths.max())
+    offsets = torch.arange(longest)
+    valid = offsets.unsqueeze(0) < lengths.unsqueeze(1)  # [b, longest]
+    columns = (offsets.unsqueeze(0) + (width - lengths).unsqueeze(1)).clamp(max=width - 1)
+    tokens = input_ids.cpu().gather(1, columns)  # real tokens, left-aligned
+    last = None
+    for start in range(0, longest, chunk):
+        q = min(chunk, longest - start)
+        bucket = cache.prompt_buckets.round_up(q)
+        ids = torch.zeros(batch, bucket, dtype=torch.long)
+        positions = torch.full((batch, bucket), -1, dtype=torch.long)
+        ids[:b, :q] = tokens[:, start:start + q]
+        positions[:b, :q] = torch.where(valid[:, start:start + q], offsets[start:start + q], -1)
+        logits = _forward(model, cache, ids, positions)
+        index = (lengths - 1 - start).clamp(0, bucket - 1).to(logits.device)
+        picked = logits[torch.arange(b, device=logits.device), index].float()
+        here = ((lengths - 1 >= start) & (lengths - 1 < start + q)).to(logits.device)
+        last = picked if last is None else torch.where(here.unsqueeze(1), picked, last)
+    return last
+
+
+def _decode(model, cache, tokens, positions):
+    """One decode step for b rows at the batch bucket; logits [b, vocab]."""
+    b = tokens.shape[0]
+    batch = cache.batch_buckets.round_up(b)
+    ids = torch.zeros(batch, 1, dtype=torch.long)
+    padded = torch.full((batch, 1), -1, dtype=torch.long)
+    ids[:b, 0] = tokens.cpu()
+    padded[:b, 0] = positions
+    return _forward(model, cache, ids, padded)[:b, -1].float()
+
+
+def _choose(logits, sequences, options):
+    """The next token as model.generate picks it (greedy or sampled)."""
+    scores = options.processors(sequences, logits)
+    if options.do_sample:
+        probs = torch.nn.functional.softmax(scores, dim=-1)
+        return torch.multinomial(probs, num_samples=1).squeeze(1)
+    return torch.argmax(scores, dim=-1)
+
+
+def _loop(model, cache, input_ids, lengths, options):
+    b = input_ids.shape[0]
+    cache.native.reset_rows(torch.arange(b))
+    logits = _prefill(model, cache, input_ids, lengths)
+    sequences = input_ids.to(logits.device)
+    unfinished = torch.ones(b, dtype=torch.bool, device=logits.device)
+    eos = None if options.eos is None else options.eos.to(logits.device)
+    for step in range(options.max_new_tokens):
+        if step:
+            logits = _decode(model, cache, sequences[:, -1], lengths + step - 1)
+        token = _choose(logits, sequences, options)
+        token = torch.where(unfinished, token, options.pad_token_id)
+        sequences = torch.cat([sequences, token.unsqueeze(1)], dim=1)
+        if eos is not None:
+            unfinished &= ~torch.isin(token, eos)
+            if not bool(unfinished.any()):
+                break
+    return sequences
+
+
+def generate(model, cache, input_ids, attention_mask=None, **generate_kwargs):
+    """Generates with `cache` (a StaticKVCache) around `model(...)`; returns
+    input ids followed by the new ids, as model.generate does. Checks every
+    argument before anything is written (Invariant [checked before written])."""
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids: expected [batch, length] but got {list(input_ids.shape)}")
+    lengths = _prompt_lengths(input_ids, attention_mask)
+    options = _options(model, input_ids.shape[1], generate_kwargs)
+    _check(cache, input_ids, lengths, options)
+    cache._managed = True
+    try:
+        with torch.no_grad():
+            return _loop(model, cache, input_ids, lengths, options)
+    finally:
+        cache._managed = False
