@@ -46,8 +46,9 @@ SchedulerOptions resolved(const LlamaModel& model, SchedulerOptions o) {
   const int64_t chunk = std::min(o.prefill_chunk > 0 ? o.prefill_chunk : 64, o.max_len);
   o.prefill_chunk = chunk;
   if (!o.prompt_buckets) o.prompt_buckets = ShapeBuckets::powers_of_two(chunk);
-  TORCH_CHECK(o.prompt_buckets->max() >= chunk, "prompt_buckets: expected a largest bucket >= ",
-              chunk, " (the prefill chunk) but got ", o.prompt_buckets->max());
+  TORCH_CHECK(o.prompt_buckets->max() >= chunk,
+              "prompt_buckets: expected a largest bucket >= ", chunk,
+              " (the prefill chunk) but got ", o.prompt_buckets->max());
   if (!o.attend_buckets) {
     o.attend_buckets = ShapeBuckets::powers_of_two(o.max_len, std::min<int64_t>(64, o.max_len));
   }
@@ -181,8 +182,8 @@ void Scheduler::submit(Request request) {
     TORCH_CHECK(std::none_of(s.waiting.begin(), s.waiting.end(), same) &&
                     std::none_of(s.rows.begin(), s.rows.end(), same),
                 "id: expected an id not already waiting or running but got '", id, "'");
-    s.waiting.push_back(serving_detail::checked_request(std::move(request), s.model.config(),
-                                                        s.options.max_len));
+    s.waiting.push_back(
+        serving_detail::checked_request(std::move(request), s.model.config(), s.options.max_len));
   } catch (const c10::Error&) {
     ++s.stats.rejected;
     throw;
@@ -239,9 +240,9 @@ void Scheduler::step() {
       pack(s.rows, allot(s.rows, s.options.prefill_chunk, s.options.token_budget));
   const at::Device device = s.model.device();
   const at::Tensor ids = in.ids.to(device), pos = in.positions.to(device);
-  const at::Tensor logits =
-      s.runner ? s.runner->run({ids, pos}, in.attend)[0]
-               : s.model.forward(ids, pos, *s.backend, in.attend, Logits::kLast);
+  const at::Tensor logits = s.runner
+                                ? s.runner->run({ids, pos}, in.attend)[0]
+                                : s.model.forward(ids, pos, *s.backend, in.attend, Logits::kLast);
   const int64_t b = ids.size(0), q = ids.size(1);
   const GraphKey key = s.runner ? s.runner->key_for(b, q, in.attend) : GraphKey{b, q, in.attend};
   ++s.stats.steps;
@@ -261,8 +262,8 @@ void Scheduler::step() {
       row.prompt_done += in.fed[r];
       if (!row.decoding()) continue;
     }
-    const int64_t token = serving_detail::pick_token(row, logits[static_cast<int64_t>(r)],
-                                                     greedy[static_cast<int64_t>(r)].item<int64_t>());
+    const int64_t token = serving_detail::pick_token(
+        row, logits[static_cast<int64_t>(r)], greedy[static_cast<int64_t>(r)].item<int64_t>());
     if (row.tokens.empty()) row.first_token = now;
     row.tokens.push_back(token);
     if (row.request.on_token) row.request.on_token(row.request.id, token);

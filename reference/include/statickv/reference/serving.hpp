@@ -101,9 +101,9 @@ struct SchedulerOptions {
 struct EngineStats {
   int64_t max_batch = 0;
   int64_t steps = 0;
-  int64_t mixed_steps = 0;  ///< steps that carried prefill tokens
-  int64_t row_steps = 0;    ///< live rows summed over steps
-  int64_t real_tokens = 0;  ///< decode and prompt tokens fed
+  int64_t mixed_steps = 0;    ///< steps that carried prefill tokens
+  int64_t row_steps = 0;      ///< live rows summed over steps
+  int64_t real_tokens = 0;    ///< decode and prompt tokens fed
   int64_t padded_tokens = 0;  ///< computed at the padded shape but not real
   int64_t submitted = 0, rejected = 0, completed = 0, cancelled = 0;
   int64_t row_moves = 0;  ///< copy_row calls that filled a retired row's hole
