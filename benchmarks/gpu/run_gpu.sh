@@ -141,13 +141,13 @@ if ! "$PY" -c 'import transformers' 2>/dev/null && ls .devdeps/wheels/transforme
   "$PY" -m pip install -q --no-index --no-deps --find-links .devdeps/wheels \
     --target /tmp/statickv-hf-py $pkgs && export PYTHONPATH="/tmp/statickv-hf-py:${PYTHONPATH:-}"
 fi
-if "$PY" -c 'import transformers' 2>/dev/null && have "$B/statickv_bench_serve"; then
+if "$PY" -c 'import transformers' 2>/dev/null && have "$BUILD/apps/statickv-serve"; then
   # Its optional parts (torch.compile, new lengths) start only before a
   # deadline a minute short of the stage's timeout; results are saved after
   # every part, so a kill at the timeout keeps what finished.
   l=$(left)
   t=$((l - 10 < 240 ? l - 10 : 240))
-  stage hf_compare 90 240 "$PY" benchmarks/hf_compare.py --exe "$B/statickv_bench_serve" \
+  stage hf_compare 90 240 "$PY" benchmarks/hf_compare.py --exe "$BUILD/apps/statickv-serve" \
     --device "$DEV" "${hfargs[@]}" --deadline-s $((t > 80 ? t - 60 : 20)) \
     --workdir /tmp/statickv-hf --json "$RES/hf_compare.json"
 else
