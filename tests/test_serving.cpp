@@ -271,7 +271,7 @@ void require_trace_equals_alone(const std::string& shape, CacheKind cache, uint6
   CHECK(stats.submitted == static_cast<int64_t>(run.accepted.size()));
   CHECK(stats.completed + stats.cancelled == stats.submitted);
   CHECK(stats.cancelled >= 1);
-  CHECK(stats.row_moves >= 1);
+  CHECK(stats.row_copies >= 1);
   CHECK(stats.mixed_steps >= 1);
   CHECK(stats.mixed_steps < stats.steps);
   CHECK(stats.occupancy() > 0.0);

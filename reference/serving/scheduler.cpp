@@ -1,9 +1,10 @@
 // Scheduler: the continuous-batching step loop over one cache (policy:
-// docs/serving.md). A step admits waiting requests into free rows, packs one
-// forward pass (every decoding row's newest token, then prompt chunks in
-// admission order under the token budget), picks the next token of every
-// row that finished its prompt or decoded, and retires finished rows by
-// moving the last live row into each hole.
+// docs/serving.md). A step admits waiting requests into free rows, feeds
+// prompt chunks (admission order, under the token budget) to the prefill
+// region [0, prefilling) in one runner call and every decoding row's newest
+// token in another, picks the next token of every row that finished its
+// prompt or decoded, moves rows whose prompt is complete into the decode
+// region and retires finished rows by moving the last row into each hole.
 
 #include "state.hpp"
 
@@ -16,7 +17,8 @@
 namespace statickv::reference {
 
 using serving_detail::Active;
-using serving_detail::StepInputs;
+using serving_detail::CallInputs;
+using serving_detail::RowTable;
 
 struct Scheduler::State {
   const LlamaModel& model;
@@ -24,8 +26,8 @@ struct Scheduler::State {
   std::unique_ptr<Cache> cache;
   std::unique_ptr<CacheBackend> backend;
   std::unique_ptr<GraphRunner> runner;
+  std::unique_ptr<RowTable> table;  // rows()[r] lives in cache row r
   std::deque<Active> waiting;
-  std::vector<Active> rows;  // rows[r] lives in cache row r; rows past size() are fresh
   std::vector<Completion> finished;
   EngineStats stats;
   int64_t next_order = 0;
@@ -63,7 +65,7 @@ SchedulerOptions resolved(const LlamaModel& model, SchedulerOptions o) {
 }  // namespace
 
 Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions options)
-    : state_(new State{model, resolved(model, std::move(options)), {}, {}, {}, {}, {}, {}, {}}) {
+    : state_(new State{model, resolved(model, std::move(options)), {}, {}, {}, {}, {}, {}, {}, 0}) {
   c10::InferenceMode inference;
   State& s = *state_;
   const SchedulerOptions& o = s.options;
@@ -80,6 +82,7 @@ Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions options)
     s.cache = std::make_unique<HybridCache>(config);
   }
   s.backend = std::make_unique<CacheBackend>(*s.cache, o.kernel);
+  s.table = std::make_unique<RowTable>(*s.cache);
   s.stats.max_batch = o.max_batch;
   if (!o.bucketed) return;
   GraphRunner::Options ro;
@@ -105,66 +108,62 @@ Scheduler::~Scheduler() = default;
 
 namespace {
 
-void admit(std::deque<Active>& waiting, std::vector<Active>& rows, int64_t max_batch,
-           int64_t& next_order) {
-  const auto now = ServeClock::now();
-  while (static_cast<int64_t>(rows.size()) < max_batch && !waiting.empty()) {
-    Active a = std::move(waiting.front());
-    waiting.pop_front();
-    a.admitted = now;
-    a.order = next_order++;
-    rows.push_back(std::move(a));  // the row past the live prefix: fresh
-  }
-}
-
-/// How many tokens each row feeds this step: 1 per decoding row, then prompt
-/// chunks (at most `chunk` each) in admission order while the budget lasts.
-std::vector<int64_t> allot(const std::vector<Active>& rows, int64_t chunk, int64_t budget) {
-  std::vector<int64_t> fed(rows.size(), 0);
-  std::vector<size_t> prefilling;
-  for (size_t r = 0; r < rows.size(); ++r) {
-    if (rows[r].decoding()) {
-      fed[r] = 1;
-      --budget;
-    } else {
-      prefilling.push_back(r);
-    }
-  }
-  std::sort(prefilling.begin(), prefilling.end(),
-            [&](size_t a, size_t b) { return rows[a].order < rows[b].order; });
-  for (size_t r : prefilling) {
-    fed[r] = std::min({rows[r].prompt_len() - rows[r].prompt_done, chunk, budget});
+/// Prompt tokens each prefilling row feeds this step: at most `chunk` per
+/// row, in admission order (the prefill region's order), while `budget`
+/// lasts.
+std::vector<int64_t> allot(const RowTable& table, int64_t chunk, int64_t budget) {
+  std::vector<int64_t> fed(table.prefilling(), 0);
+  for (size_t r = 0; r < fed.size(); ++r) {
+    const Active& row = table.rows()[r];
+    fed[r] = std::min({row.prompt_len() - row.prompt_done, chunk, budget});
     budget -= fed[r];
   }
   return fed;
 }
 
-/// The step's [b, q] ids and positions: each row's tokens from column 0,
-/// position -1 past them.
-StepInputs pack(const std::vector<Active>& rows, std::vector<int64_t> fed) {
-  StepInputs in;
-  const int64_t b = static_cast<int64_t>(rows.size());
-  const int64_t q = std::max<int64_t>(1, *std::max_element(fed.begin(), fed.end()));
-  std::vector<int64_t> ids(static_cast<size_t>(b * q), 0), pos(ids.size(), -1);
-  for (int64_t r = 0; r < b; ++r) {
-    const Active& row = rows[r];
-    if (row.decoding() && fed[r] == 1) {
-      ids[r * q] = row.tokens.back();
-      pos[r * q] = row.prompt_len() + static_cast<int64_t>(row.tokens.size()) - 1;
-    } else {
-      for (int64_t t = 0; t < fed[r]; ++t) {
-        ids[r * q + t] = row.request.prompt[row.prompt_done + t];
-        pos[r * q + t] = row.prompt_done + t;
-      }
-      in.mixed = in.mixed || fed[r] > 0;
-    }
-    if (fed[r] > 0) in.attend = std::max(in.attend, pos[r * q + fed[r] - 1] + 1);
-    in.real += fed[r];
-  }
+CallInputs host_inputs(std::vector<int64_t> ids, std::vector<int64_t> pos, int64_t b, int64_t q) {
+  CallInputs in;
   const auto opts = at::TensorOptions().dtype(at::kLong);
   in.ids = at::tensor(ids, opts).view({b, q});
   in.positions = at::tensor(pos, opts).view({b, q});
-  in.fed = std::move(fed);
+  return in;
+}
+
+/// The prefill call: rows [0, b) of the prefill region, each row's chunk
+/// from column 0, position -1 past it (b: one past the last row fed).
+CallInputs pack_prefill(const RowTable& table, const std::vector<int64_t>& fed, int64_t b) {
+  const int64_t q = *std::max_element(fed.begin(), fed.begin() + b);
+  std::vector<int64_t> ids(static_cast<size_t>(b * q), 0), pos(ids.size(), -1);
+  int64_t attend = 1, real = 0;
+  for (int64_t r = 0; r < b; ++r) {
+    const Active& row = table.rows()[static_cast<size_t>(r)];
+    for (int64_t t = 0; t < fed[r]; ++t) {
+      ids[r * q + t] = row.request.prompt[row.prompt_done + t];
+      pos[r * q + t] = row.prompt_done + t;
+    }
+    if (fed[r] > 0) attend = std::max(attend, row.prompt_done + fed[r]);
+    real += fed[r];
+  }
+  CallInputs in = host_inputs(std::move(ids), std::move(pos), b, q);
+  in.attend = attend;
+  in.real = real;
+  return in;
+}
+
+/// The decode call: rows [0, live) at q = 1, the prefill region as padding.
+CallInputs pack_decode(const RowTable& table) {
+  const int64_t b = static_cast<int64_t>(table.live());
+  std::vector<int64_t> ids(static_cast<size_t>(b), 0), pos(ids.size(), -1);
+  int64_t attend = 1;
+  for (size_t r = table.prefilling(); r < table.live(); ++r) {
+    const Active& row = table.rows()[r];
+    ids[r] = row.tokens.back();
+    pos[r] = row.prompt_len() + static_cast<int64_t>(row.tokens.size()) - 1;
+    attend = std::max(attend, pos[r] + 1);
+  }
+  CallInputs in = host_inputs(std::move(ids), std::move(pos), b, 1);
+  in.attend = attend;
+  in.real = b - static_cast<int64_t>(table.prefilling());
   return in;
 }
 
@@ -172,7 +171,36 @@ bool is_stop(const Active& row, int64_t token) {
   return std::find(row.stop.begin(), row.stop.end(), token) != row.stop.end();
 }
 
+/// Gives `row` its next token from its logits [vocab] and marks it done
+/// when the token is a stop id or the last one it may have.
+void accept(Active& row, const at::Tensor& logits, int64_t greedy, ServeClock::time_point now) {
+  const int64_t token = serving_detail::pick_token(row, logits, greedy);
+  if (row.tokens.empty()) row.first_token = now;
+  row.tokens.push_back(token);
+  if (row.request.on_token) row.request.on_token(row.request.id, token);
+  if (is_stop(row, token)) {
+    row.done = Finish::kStop;
+  } else if (static_cast<int64_t>(row.tokens.size()) >= row.request.max_new_tokens) {
+    row.done = Finish::kLength;
+  }
+}
+
 }  // namespace
+
+// Not in the anonymous namespace: it names the private State.
+struct SchedulerSteps {
+  /// Runs one call (through the runner or eagerly) and accounts for it.
+  static at::Tensor run(Scheduler::State& s, const CallInputs& in) {
+    const at::Device device = s.model.device();
+    const at::Tensor ids = in.ids.to(device), pos = in.positions.to(device);
+    const int64_t b = ids.size(0), q = ids.size(1);
+    const GraphKey key = s.runner ? s.runner->key_for(b, q, in.attend) : GraphKey{b, q, in.attend};
+    s.stats.real_tokens += in.real;
+    s.stats.padded_tokens += key.batch * key.query_len - in.real;
+    if (s.runner) return s.runner->run({ids, pos}, in.attend)[0];
+    return s.model.forward(ids, pos, *s.backend, in.attend, Logits::kLast);
+  }
+};
 
 void Scheduler::submit(Request request) {
   State& s = *state_;
@@ -180,7 +208,7 @@ void Scheduler::submit(Request request) {
   auto same = [&](const Active& a) { return a.request.id == id; };
   try {
     TORCH_CHECK(std::none_of(s.waiting.begin(), s.waiting.end(), same) &&
-                    std::none_of(s.rows.begin(), s.rows.end(), same),
+                    std::none_of(s.table->rows().begin(), s.table->rows().end(), same),
                 "id: expected an id not already waiting or running but got '", id, "'");
     s.waiting.push_back(
         serving_detail::checked_request(std::move(request), s.model.config(), s.options.max_len));
@@ -193,22 +221,8 @@ void Scheduler::submit(Request request) {
 
 namespace {
 
-/// Retires row r: its completion, then the last live row moves into the hole
-/// (one copy_row) and the vacated last row is reset, so the live rows stay
-/// the prefix [0, live) and every row past it is fresh (Note [a reset row is
-/// a fresh row]).
-void retire(Cache& cache, std::vector<Active>& rows, size_t r, Finish finish,
-            std::vector<Completion>& finished, EngineStats& stats) {
-  finished.push_back(serving_detail::complete(rows[r], finish, ServeClock::now()));
+void count(EngineStats& stats, Finish finish) {
   ++(finish == Finish::kCancelled ? stats.cancelled : stats.completed);
-  const size_t last = rows.size() - 1;
-  if (r != last) {
-    cache.copy_row(static_cast<int64_t>(last), static_cast<int64_t>(r));
-    rows[r] = std::move(rows[last]);
-    ++stats.row_moves;
-  }
-  cache.reset_rows(at::tensor({static_cast<int64_t>(last)}, at::TensorOptions().dtype(at::kLong)));
-  rows.pop_back();
 }
 
 }  // namespace
@@ -219,13 +233,14 @@ bool Scheduler::cancel(const std::string& id) {
   for (auto it = s.waiting.begin(); it != s.waiting.end(); ++it) {
     if (it->request.id != id) continue;
     s.finished.push_back(serving_detail::complete(*it, Finish::kCancelled, ServeClock::now()));
-    ++s.stats.cancelled;
+    count(s.stats, Finish::kCancelled);
     s.waiting.erase(it);
     return true;
   }
-  for (size_t r = 0; r < s.rows.size(); ++r) {
-    if (s.rows[r].request.id != id) continue;
-    retire(*s.cache, s.rows, r, Finish::kCancelled, s.finished, s.stats);
+  for (size_t r = 0; r < s.table->live(); ++r) {
+    if (s.table->rows()[r].request.id != id) continue;
+    s.finished.push_back(s.table->retire(r, Finish::kCancelled));
+    count(s.stats, Finish::kCancelled);
     return true;
   }
   return false;
@@ -234,57 +249,67 @@ bool Scheduler::cancel(const std::string& id) {
 void Scheduler::step() {
   c10::InferenceMode inference;
   State& s = *state_;
-  admit(s.waiting, s.rows, s.options.max_batch, s.next_order);
-  if (s.rows.empty()) return;
-  const StepInputs in =
-      pack(s.rows, allot(s.rows, s.options.prefill_chunk, s.options.token_budget));
-  const at::Device device = s.model.device();
-  const at::Tensor ids = in.ids.to(device), pos = in.positions.to(device);
-  const at::Tensor logits = s.runner
-                                ? s.runner->run({ids, pos}, in.attend)[0]
-                                : s.model.forward(ids, pos, *s.backend, in.attend, Logits::kLast);
-  const int64_t b = ids.size(0), q = ids.size(1);
-  const GraphKey key = s.runner ? s.runner->key_for(b, q, in.attend) : GraphKey{b, q, in.attend};
-  ++s.stats.steps;
-  s.stats.mixed_steps += in.mixed ? 1 : 0;
-  s.stats.row_steps += b;
-  s.stats.real_tokens += in.real;
-  s.stats.padded_tokens += key.batch * key.query_len - in.real;
+  RowTable& table = *s.table;
+  const auto admitted = ServeClock::now();
+  while (static_cast<int64_t>(table.live()) < s.options.max_batch && !s.waiting.empty()) {
+    Active a = std::move(s.waiting.front());
+    s.waiting.pop_front();
+    a.admitted = admitted;
+    table.admit(std::move(a));
+  }
+  if (table.live() == 0) return;
+  const size_t prefilling = table.prefilling();
+  const int64_t decoding = static_cast<int64_t>(table.live() - prefilling);
+  const std::vector<int64_t> fed =
+      allot(table, s.options.prefill_chunk, s.options.token_budget - decoding);
+  int64_t fed_rows = 0;  // one past the last prefilling row fed this step
+  for (size_t r = 0; r < fed.size(); ++r)
+    fed_rows = fed[r] > 0 ? static_cast<int64_t>(r) + 1 : fed_rows;
 
-  // Every row whose prompt is now in the cache picks its next token.
-  const at::Tensor greedy = logits.argmax(-1).cpu();
+  // The prefill call's logits are cloned: the decode call may use the same
+  // runner key (a 1-token chunk), whose outputs it would overwrite.
+  at::Tensor prefill, decode, prefill_greedy, decode_greedy;
+  if (fed_rows > 0) {
+    prefill = SchedulerSteps::run(s, pack_prefill(table, fed, fed_rows)).clone();
+    prefill_greedy = prefill.argmax(-1).cpu();
+  }
+  if (decoding > 0) {
+    decode = SchedulerSteps::run(s, pack_decode(table));
+    decode_greedy = decode.argmax(-1).cpu();
+  }
+  ++s.stats.steps;
+  s.stats.mixed_steps += fed_rows > 0 && decoding > 0 ? 1 : 0;
+  s.stats.row_steps += static_cast<int64_t>(table.live());
+
   const auto now = ServeClock::now();
-  std::vector<std::pair<size_t, Finish>> done;
-  for (size_t r = 0; r < s.rows.size(); ++r) {
-    Active& row = s.rows[r];
-    if (in.fed[r] == 0) continue;
-    if (!row.decoding()) {
-      row.prompt_done += in.fed[r];
-      if (!row.decoding()) continue;
-    }
-    const int64_t token = serving_detail::pick_token(
-        row, logits[static_cast<int64_t>(r)], greedy[static_cast<int64_t>(r)].item<int64_t>());
-    if (row.tokens.empty()) row.first_token = now;
-    row.tokens.push_back(token);
-    if (row.request.on_token) row.request.on_token(row.request.id, token);
-    if (is_stop(row, token)) {
-      done.emplace_back(r, Finish::kStop);
-    } else if (static_cast<int64_t>(row.tokens.size()) >= row.request.max_new_tokens) {
-      done.emplace_back(r, Finish::kLength);
+  for (size_t r = 0; r < table.live(); ++r) {
+    Active& row = table.rows()[r];
+    const auto i = static_cast<int64_t>(r);
+    if (r < prefilling) {
+      row.prompt_done += fed[r];
+      if (fed[r] == 0 || !row.decoding()) continue;
+      accept(row, prefill[i], prefill_greedy[i].item<int64_t>(), now);
+    } else {
+      accept(row, decode[i], decode_greedy[i].item<int64_t>(), now);
     }
   }
+  table.regroup();
   // Highest row first: a row moved into a hole is never one still to retire.
-  for (auto it = done.rbegin(); it != done.rend(); ++it) {
-    retire(*s.cache, s.rows, it->first, it->second, s.finished, s.stats);
+  for (size_t r = table.live(); r-- > 0;) {
+    const std::optional<Finish> done = table.rows()[r].done;
+    if (!done) continue;
+    s.finished.push_back(table.retire(r, *done));
+    count(s.stats, *done);
   }
+  s.stats.row_copies = table.row_copies();
 }
 
 void Scheduler::run_until_idle() {
   while (!idle()) step();
 }
 
-bool Scheduler::idle() const { return state_->waiting.empty() && state_->rows.empty(); }
-int64_t Scheduler::live_rows() const { return static_cast<int64_t>(state_->rows.size()); }
+bool Scheduler::idle() const { return state_->waiting.empty() && state_->table->live() == 0; }
+int64_t Scheduler::live_rows() const { return static_cast<int64_t>(state_->table->live()); }
 int64_t Scheduler::waiting() const { return static_cast<int64_t>(state_->waiting.size()); }
 
 std::vector<Completion> Scheduler::take_finished() {
@@ -300,6 +325,7 @@ void Scheduler::warm_up() {
 
 EngineStats Scheduler::stats() const {
   EngineStats out = state_->stats;
+  out.row_copies = state_->table->row_copies();
   if (state_->runner) out.runner = state_->runner->stats();
   return out;
 }

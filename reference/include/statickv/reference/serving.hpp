@@ -2,13 +2,14 @@
 // Scheduler: continuous batching over one StaticCache or HybridCache.
 //
 // Requests are submitted at any time and wait in arrival order. Every
-// step() admits waiting requests into free rows, runs ONE bucketed forward
-// pass in which every decoding row feeds its newest token and prefilling
-// rows feed a chunk of their prompt (under a token budget), hands each row
-// that produced a token its next token, and retires finished rows by moving
-// the last live row into the hole (copy_row), so the live rows are always
-// the prefix [0, live) of the cache and the batch bucket shrinks when load
-// drops. The policy and its costs: docs/serving.md.
+// step() admits waiting requests into free rows, feeds prompt chunks (under
+// a token budget) to the prefilling rows, which sit at the front of the
+// cache, in one bucketed runner call and every decoding row's newest token
+// in a second (q = 1), hands each row that produced a token its next token,
+// and retires finished rows by moving the last row into the hole
+// (copy_row), so the live rows are always the prefix [0, live) of the cache
+// and the batch bucket shrinks when load drops. The policy and its costs:
+// docs/serving.md.
 //
 //   Scheduler engine(model, options);
 //   engine.warm_up();                       // every GraphRunner key, once
@@ -106,8 +107,8 @@ struct EngineStats {
   int64_t real_tokens = 0;    ///< decode and prompt tokens fed
   int64_t padded_tokens = 0;  ///< computed at the padded shape but not real
   int64_t submitted = 0, rejected = 0, completed = 0, cancelled = 0;
-  int64_t row_moves = 0;  ///< copy_row calls that filled a retired row's hole
-  RunnerStats runner;     ///< captures, replays, eager runs, per key (bucketed only)
+  int64_t row_copies = 0;  ///< cache rows copied by moves (copy_row) and regroups (reorder)
+  RunnerStats runner;      ///< captures, replays, eager runs, per key (bucketed only)
   /// Mean live rows per step over max_batch.
   double occupancy() const;
   /// Padded over computed tokens.
@@ -156,6 +157,7 @@ class Scheduler {
 
  private:
   struct State;
+  friend struct SchedulerSteps;
   std::unique_ptr<State> state_;
 };
 
