@@ -20,7 +20,7 @@
 # with too little of the budget left is skipped (and says so): build, [cuda]
 # tests, model decode (batch prefix, graphs, bandwidth), prompt lengths,
 # context length, write cost, attention-stack decode, memory (the short
-# ones), then the Hugging Face comparison with whatever is left (its
+# ones), continuous vs static batching, then the Hugging Face comparison with whatever is left (its
 # torch.compile parts stop at a deadline).
 #
 #   --dry-run   on a CPU machine: skip the build (use $STATICKV_BUILD_DIR or
@@ -110,6 +110,7 @@ if ((dry)); then
   hfargs=(--shapes tiny --prompt-len 16 --new-tokens 8 --rounds 2)
   write=(--rounds 3 --calls 5)
   decode=(--rounds 3 --calls 2)
+  serving=(--shape tiny --requests 20 --rate 50 --max-len 256 --max-prompt 64 --max-new 32)
 else
   model=(--shape llama-3.2-1b --dtype bf16 --context 1024 --max-len 2048 --rounds 20 --calls 10)
   prompts=(--shape llama-3.2-1b --dtype bf16 --max-len 2048 --prompts 64 --reps 2)
@@ -117,6 +118,8 @@ else
   hfargs=(--shapes llama-3.2-1b --prompt-len 128 --new-tokens 64 --rounds 3 --new-lengths 37,300,1000)
   write=(--rounds 20 --calls 50)
   decode=(--rounds 30 --calls 10)
+  serving=(--shape llama-3.2-1b --dtype bf16 --requests 200 --rate 30 --max-batch 16 --max-len 1024
+           --max-prompt 512 --max-new 256)
 fi
 have "$B/statickv_bench_model" &&
   stage model_decode 60 120 "$B/statickv_bench_model" --device "$DEV" "${model[@]}" --json "$RES/model_decode.json"
@@ -131,6 +134,9 @@ have "$B/statickv_bench_decode" &&
   stage decode_step 20 40 "$B/statickv_bench_decode" --device "$DEV" "${decode[@]}" --json "$RES/decode_step.json"
 have "$B/statickv_bench_memory" &&
   stage memory 5 20 "$B/statickv_bench_memory" --json "$RES/memory.json"
+# Continuous batching (Scheduler) vs static batching (Generator) on one trace.
+have "$B/statickv_bench_serving" &&
+  stage serving 40 120 "$B/statickv_bench_serving" --device "$DEV" "${serving[@]}" --json "$RES/serving.json"
 
 # Hugging Face: transformers from the machine's Python, else from the wheels
 # prep.sh --hf-wheels carried (installed into a private folder).
