@@ -31,7 +31,7 @@ using reference::ServeClock;
 namespace {
 
 struct Options {
-  std::string shape = "small", device = "auto", dtype, json;
+  std::string shape = "small", device = "auto", dtype, json, trace_out;
   int64_t requests = 200, max_batch = 8, max_len = 512, prefill_chunk = 64, seed = 0;
   int64_t min_prompt = 4, max_prompt = 256, min_new = 4, max_new = 128;
   double rate = 20.0;
@@ -59,6 +59,9 @@ Options parse(int argc, char** argv) {
   flags.add("--seed N", &o.seed, "trace and weights", /*min=*/0);
   add_threads_flag(flags, &o.threads);
   add_json_flag(flags, &o.json);
+  flags.add("--trace-out FILE", &o.trace_out,
+            "also write the trace as JSON (arrival_s, prompt, max_new_tokens per request), for "
+            "benchmarks/hf_serving.py");
   flags.parse(argc, argv);
   if (o.max_prompt < o.min_prompt) throw FlagError("--max-prompt: expected >= --min-prompt");
   if (o.max_new < o.min_new) throw FlagError("--max-new: expected >= --min-new");
@@ -192,6 +195,16 @@ Json to_json(const Summary& s) {
                        {"per_token_p99_s", s.tpot_p99}});
 }
 
+void write_trace(const std::string& path, const std::vector<reference::TraceRequest>& trace) {
+  if (path.empty()) return;
+  Json requests = Json::array();
+  for (const auto& r : trace) {
+    requests.push_back(Json::object(
+        {{"arrival_s", r.arrival}, {"prompt", r.prompt}, {"max_new_tokens", r.max_new_tokens}}));
+  }
+  write_json(path, Json::object({{"requests", requests}}));
+}
+
 void print_row(const char* name, const Summary& s) {
   fmt::print("{:<12} {:>10.1f} {:>10.2f} {:>10.1f} {:>10.1f} {:>12.2f} {:>12.2f}\n", name,
              s.throughput, s.makespan, s.ttft_p50 * 1e3, s.ttft_p99 * 1e3, s.tpot_p50 * 1e3,
@@ -218,6 +231,7 @@ int main(int argc, char** argv) try {
   const std::vector<reference::TraceRequest> trace = reference::make_trace(t);
   int64_t tokens = 0;
   for (const auto& r : trace) tokens += r.max_new_tokens;
+  write_trace(o.trace_out, trace);
 
   reference::SchedulerOptions so;
   so.cache = reference::CacheKind::kStatic;
