@@ -136,7 +136,8 @@ have "$B/statickv_bench_memory" &&
   stage memory 5 20 "$B/statickv_bench_memory" --json "$RES/memory.json"
 # Continuous batching (Scheduler) vs static batching (Generator) on one trace.
 have "$B/statickv_bench_serving" &&
-  stage serving 40 120 "$B/statickv_bench_serving" --device "$DEV" "${serving[@]}" --json "$RES/serving.json"
+  stage serving 40 120 "$B/statickv_bench_serving" --device "$DEV" "${serving[@]}" --json "$RES/serving.json" \
+    --trace-out "$RES/serving_trace.json"
 
 # Hugging Face: transformers from the machine's Python, else from the wheels
 # prep.sh --hf-wheels carried (installed into a private folder).
@@ -146,6 +147,11 @@ if ! "$PY" -c 'import transformers' 2>/dev/null && ls .devdeps/wheels/transforme
   # shellcheck disable=SC2086  # one package name per word
   "$PY" -m pip install -q --no-index --no-deps --find-links .devdeps/wheels \
     --target /tmp/statickv-hf-py $pkgs && export PYTHONPATH="/tmp/statickv-hf-py:${PYTHONPATH:-}"
+fi
+# Hugging Face's continuous batching on the trace the serving stage replayed.
+if "$PY" -c 'import transformers' 2>/dev/null && [ -f "$RES/serving_trace.json" ]; then
+  stage hf_serving 60 120 "$PY" benchmarks/hf_serving.py --trace "$RES/serving_trace.json" \
+    --shape "${serving[1]}" --device "$DEV" --workdir /tmp/statickv-hf --json "$RES/hf_serving.json"
 fi
 if "$PY" -c 'import transformers' 2>/dev/null && have "$BUILD/apps/statickv-serve"; then
   # Its optional parts (torch.compile, new lengths) start only before a
