@@ -57,8 +57,8 @@ def replay(manager, trace):
         while nxt < len(requests) and requests[nxt]["arrival_s"] <= now:
             r = requests[nxt]
             arrivals[str(nxt)] = start + r["arrival_s"]
-            manager.add_request(r["prompt"], request_id=str(nxt), max_new_tokens=r["max_new_tokens"],
-                                record_timestamps=True)
+            manager.add_request(r["prompt"], request_id=str(nxt),
+                                max_new_tokens=r["max_new_tokens"], record_timestamps=True)
             nxt += 1
         wait = requests[nxt]["arrival_s"] - now if nxt < len(requests) else 1.0
         out = manager.get_result(timeout=max(0.0005, min(wait, 1.0)))

@@ -1,7 +1,7 @@
 """statickv-serve's protocol as a client sees it: JSON lines in, one line per
 finished request out, exit status 0 at the end of input.
 
-usage: check_serve.py STATICKV_SERVE STATICKV_DEMO
+usage: check_serve.py STATICKV_SERVE STATICKV_DEMO [--eager]   (--eager: statickv-serve --eager)
 
 - greedy tokens equal statickv-demo --print-ids for the same prompts (the
   same random-weight model; the demo runs them as one ragged batch);
@@ -57,7 +57,8 @@ BAD = [
 
 
 def serve(exe, lines, extra=()):
-    run = subprocess.run([exe, "--shape", "tiny", "--max-batch", "4", "--max-len", "256", *extra],
+    run = subprocess.run([exe, "--shape", "tiny", "--max-batch", "4", "--max-len", "256",
+                          "--threads", "1", *extra],
                          input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=300)
     if run.returncode != 0:
         raise SystemExit(f"statickv-serve exited {run.returncode}: {run.stderr}")

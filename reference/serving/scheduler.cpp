@@ -30,7 +30,6 @@ struct Scheduler::State {
   std::deque<Active> waiting;
   std::vector<Completion> finished;
   EngineStats stats;
-  int64_t next_order = 0;
 };
 
 namespace {
@@ -65,7 +64,7 @@ SchedulerOptions resolved(const LlamaModel& model, SchedulerOptions o) {
 }  // namespace
 
 Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions options)
-    : state_(new State{model, resolved(model, std::move(options)), {}, {}, {}, {}, {}, {}, {}, 0}) {
+    : state_(new State{model, resolved(model, std::move(options)), {}, {}, {}, {}, {}, {}, {}}) {
   c10::InferenceMode inference;
   State& s = *state_;
   const SchedulerOptions& o = s.options;

@@ -18,7 +18,6 @@ namespace statickv::reference::serving_detail {
 struct Active {
   Request request;
   std::vector<int64_t> stop;  // resolved: the request's or the model's eos ids
-  int64_t order = 0;          // admission order: prefill chunks go first-come first-served
   int64_t prompt_done = 0;    // prompt tokens already in the cache
   std::vector<int64_t> tokens;
   at::Generator generator;  // sampling only
