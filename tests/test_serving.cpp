@@ -11,11 +11,13 @@
 #include <statickv/reference/serving.hpp>
 #include <statickv/reference/trace.hpp>
 
+#include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 
 using namespace statickv;
 using namespace statickv::reference;
@@ -49,26 +51,45 @@ struct Reference {
   bool stopped = false;
 };
 
-Reference generate_alone(const LlamaModel& model, CacheKind cache, const Request& r) {
-  GenerateOptions options;
-  options.cache = cache;
-  options.max_new_tokens = r.max_new_tokens;
-  options.temperature = r.sampling.temperature;
-  options.top_k = r.sampling.top_k;
-  options.seed = r.sampling.seed;
-  options.record_logits = true;
-  options.stop_at_eos = !r.stop.has_value();
-  Generator alone(model, options, /*max_batch=*/1, kMaxLen);
-  const GenerateResult out = alone.generate({r.prompt});
-  Reference ref{out.tokens[0], out.logits[0], false};
-  const std::vector<int64_t> stop = r.stop.value_or(model.config().eos_token_ids);
-  for (size_t i = 0; i < ref.tokens.size(); ++i) {
-    if (std::find(stop.begin(), stop.end(), ref.tokens[i]) == stop.end()) continue;
-    ref.tokens.resize(i + 1);
-    ref.stopped = true;
+/// One-row Generator sessions, one per distinct set of options (a session
+/// resets its row at every call, so each call is a prompt generated alone).
+class Alone {
+ public:
+  Alone(const LlamaModel& model, CacheKind cache) : model_(model), cache_(cache) {}
+
+  Reference generate(const Request& r) {
+    GenerateOptions options;
+    options.cache = cache_;
+    options.max_new_tokens = kMaxLen - 1;
+    options.temperature = r.sampling.temperature;
+    options.top_k = r.sampling.top_k;
+    options.seed = r.sampling.seed;
+    options.record_logits = true;
+    options.stop_at_eos = !r.stop.has_value();
+    const auto key =
+        std::make_tuple(options.stop_at_eos, options.temperature, options.top_k, options.seed);
+    auto it = sessions_.find(key);
+    if (it == sessions_.end()) {
+      it = sessions_
+               .emplace(key, std::make_unique<Generator>(model_, options, /*max_batch=*/1, kMaxLen))
+               .first;
+    }
+    const GenerateResult out = it->second->generate({r.prompt}, r.max_new_tokens);
+    Reference ref{out.tokens[0], out.logits[0], false};
+    const std::vector<int64_t> stop = r.stop.value_or(model_.config().eos_token_ids);
+    for (size_t i = 0; i < ref.tokens.size(); ++i) {
+      if (std::find(stop.begin(), stop.end(), ref.tokens[i]) == stop.end()) continue;
+      ref.tokens.resize(i + 1);
+      ref.stopped = true;
+    }
+    return ref;
   }
-  return ref;
-}
+
+ private:
+  const LlamaModel& model_;
+  CacheKind cache_;
+  std::map<std::tuple<bool, double, int64_t, uint64_t>, std::unique_ptr<Generator>> sessions_;
+};
 
 /// A bad request and the field its error must name.
 struct Bad {
@@ -205,12 +226,13 @@ size_t first_difference(const std::vector<int64_t>& a, const std::vector<int64_t
 /// the smallest top-2 margin alone had at a greedy token it compared.
 double require_each_equals_alone(const LlamaModel& model, CacheKind cache, const TraceRun& run) {
   double smallest = std::numeric_limits<double>::infinity();
+  Alone alone_session(model, cache);
   for (const Request& r : run.accepted) {
     INFO("request " << r.id << ": prompt of " << r.prompt.size() << " tokens, max_new_tokens "
                     << r.max_new_tokens);
     REQUIRE(run.completions.count(r.id) == 1);
     const Completion& c = run.completions.at(r.id);
-    const Reference alone = generate_alone(model, cache, r);
+    const Reference alone = alone_session.generate(r);
     const size_t diff = first_difference(c.tokens, alone.tokens);
     const bool cancelled = c.finish == Finish::kCancelled;
     if (diff < c.tokens.size() && diff < alone.tokens.size()) {
@@ -238,6 +260,9 @@ double require_each_equals_alone(const LlamaModel& model, CacheKind cache, const
 }
 
 void require_trace_equals_alone(const std::string& shape, CacheKind cache, uint64_t seed) {
+  // One intra-op thread: a model this small gains nothing from two, and
+  // LibTorch's spinning workers slow a shared 2-core machine 10x or more.
+  at::set_num_threads(1);
   const LlamaModel model = tiny_model(shape);
   SchedulerOptions options;
   options.cache = cache;
