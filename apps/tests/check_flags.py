@@ -133,6 +133,14 @@ CASES = [
     ("statickv-serve", ["--eager=1"], ["--eager: expected no value", "'1'"]),
     ("statickv-serve", ["--threads", "x"], ["--threads: expected an integer", "'x'"]),
     ("statickv-serve", ["--max-batch"], ["--max-batch: expected a value but got none"]),
+    # statickv_bench_serving
+    ("statickv_bench_serving", ["--rate", "-1"], ["--rate: expected a finite number >= 0",
+                                                  "got -1"]),
+    ("statickv_bench_serving", ["--requests", "0"], ["--requests: expected an integer >= 1"]),
+    ("statickv_bench_serving", ["--max-len", "100"],
+     ["--max-len: expected at least --max-prompt + --max-new = 384 but got 100"]),
+    ("statickv_bench_serving", ["--shape", "tiny-qwen2"], ["--shape: expected", "'tiny-qwen2'"]),
+    ("statickv_bench_serving", ["--trace-out", ""], ["--trace-out: expected a value but got ''"]),
 ]
 
 # pytorch-tokenizers' module prints this as a program linking statickv::tokenizer
