@@ -81,8 +81,8 @@ struct SchedulerOptions {
   CacheKind cache = CacheKind::kHybrid;  ///< kStatic or kHybrid (one cache, max_batch rows)
   int64_t max_batch = 8;
   int64_t max_len = 512;
-  /// Most prompt tokens one row prefills in a step (0 = min(64, what the
-  /// cache takes in one step)).
+  /// Most prompt tokens one row prefills in a step (0 = min(64, max_len)).
+  /// A hybrid cache's sliding rings grow by the bucket serving it.
   int64_t prefill_chunk = 0;
   /// Most real tokens in one step, decode tokens first (0 = max_batch - 1 +
   /// prefill_chunk: every decode row plus one full chunk). >= max_batch.
@@ -102,7 +102,7 @@ struct SchedulerOptions {
 struct EngineStats {
   int64_t max_batch = 0;
   int64_t steps = 0;
-  int64_t mixed_steps = 0;    ///< steps that carried prefill tokens
+  int64_t mixed_steps = 0;    ///< steps with a prefill call and a decode call
   int64_t row_steps = 0;      ///< live rows summed over steps
   int64_t real_tokens = 0;    ///< decode and prompt tokens fed
   int64_t padded_tokens = 0;  ///< computed at the padded shape but not real
