@@ -18,6 +18,9 @@ class LineReader {
  public:
   /// Starts reading `in` (which must outlive the reader's thread: std::cin).
   explicit LineReader(std::istream& in) : shared_(std::make_shared<Shared>()) {
+    // Untied: reading std::cin would otherwise flush std::cout from the
+    // reader's thread while the server writes to it (replies flush anyway).
+    in.tie(nullptr);
     // Detached: at exit the thread may still block in getline on an open pipe.
     std::thread([in = &in, shared = shared_] {
       std::string line;
