@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """statickv against what users run today: Hugging Face transformers' static cache.
 
-usage: hf_compare.py --exe BUILD/benchmarks/statickv_bench_serve [options]
+usage: hf_compare.py --exe BUILD/apps/statickv-serve [options]
        hf_compare.py --parts seeds [options]        (the Python package's scenarios)
+       hf_compare.py --parts smollm2 --checkpoint DIR --demo BUILD/apps/statickv-demo [options]
 
 For each shape (tiny, llama-3.2-1b: random weights, seeded), builds the model
 in transformers, saves it as a checkpoint (config.json + model.safetensors,
@@ -10,9 +11,9 @@ kept in --workdir for later runs) and loads the same weights in both:
 
   hf        LlamaForCausalLM.generate(cache_implementation="static"), sdpa
             attention; auto-compilation off (disable_compile=True)
-  statickv  statickv_bench_serve --checkpoint DIR: the reference decoder over
-            a StaticCache, a long-lived server (eager exact shapes on the CPU,
-            bucketed CUDA graphs on a GPU), driven over JSON lines
+  statickv  statickv-serve --checkpoint DIR --max-batch 1: the reference decoder
+            over a StaticCache, a long-lived server (eager exact shapes on the
+            CPU, bucketed CUDA graphs on a GPU), driven over JSON lines
 
 Both generate the same greedy tokens for the same prompt, interleaved in one
 run (rounds alternate which goes first). Reported per implementation: time to
@@ -207,37 +208,46 @@ def hf_generate(model, prompt, new_tokens, device):
 
 
 class Server:
-    """statickv_bench_serve over JSON lines."""
+    """statickv-serve over JSON lines, one request at a time (one cache row;
+    prefill in one pass up to 1024 tokens; every bucket captured at start)."""
 
     def __init__(self, exe, directory, device, dtype, mode, max_len, threads):
         command = [str(exe), "--checkpoint", str(directory), "--device", device, "--dtype", dtype,
-                   "--mode", mode, "--max-len", str(max_len)]
+                   "--cache", "static", "--max-batch", "1", "--max-len", str(max_len),
+                   "--prefill-chunk", str(min(max_len, 1024))]
+        if mode == "eager":
+            command.append("--eager")
         if threads:
             command += ["--threads", str(threads)]
         self.command = command
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         text=True, bufsize=1)
-        self.ready = self._read()
+        self.requests = 0
 
     def _read(self):
         line = self.process.stdout.readline()
         if not line:
-            raise SystemExit(f"statickv_bench_serve exited ({self.process.wait()}): "
+            raise SystemExit(f"statickv-serve exited ({self.process.wait()}): "
                              f"{' '.join(self.command)}")
         reply = json.loads(line)
         if "error" in reply:
-            raise SystemExit(f"statickv_bench_serve: {reply['error']}")
+            raise SystemExit(f"statickv-serve: {reply['error']}")
         return reply
 
     def generate(self, prompt, new_tokens):
-        self.process.stdin.write(json.dumps({"prompt": prompt, "new_tokens": new_tokens}) + "\n")
+        self.requests += 1  # "stop": [] generates every token (no eos stop)
+        self.process.stdin.write(json.dumps({"id": self.requests, "prompt": prompt,
+                                             "max_new_tokens": new_tokens, "stop": []}) + "\n")
         self.process.stdin.flush()
-        return self._read()
+        reply = self._read()
+        rate, later = reply["decode_tokens_per_s"], len(reply["tokens"]) - 1
+        reply["first_token_s"] = reply["ttft_s"]
+        reply["decode_s"] = later / rate if rate > 0 else 0.0
+        return reply
 
     def close(self):
         if self.process.poll() is None:
-            self.process.stdin.write("\n")
-            self.process.stdin.flush()
+            self.process.stdin.close()  # end of input: the server drains and exits
             self.process.wait(timeout=60)
 
 
@@ -326,7 +336,6 @@ def new_lengths(args, directory, device, dtype, lengths, deadline, rows, save):
             reply = server.generate(prompt, args.new_tokens)
             row["statickv_first_token_s"] = reply["first_token_s"]
             row["statickv_request_s"] = time.perf_counter() - start
-            row["statickv_captures_so_far"] = reply["captures"]
             row["statickv_warm_first_token_s"] = server.generate(prompt, args.new_tokens)[
                 "first_token_s"]
             rows.append(row)
@@ -335,7 +344,7 @@ def new_lengths(args, directory, device, dtype, lengths, deadline, rows, save):
                   f"(warm {warm * 1e3:.1f}), whole request {row['hf_compile_request_s']:.2f} s"
                   f"   statickv {reply['first_token_s'] * 1e3:10.1f} ms "
                   f"(warm {row['statickv_warm_first_token_s'] * 1e3:.1f}), whole request "
-                  f"{row['statickv_request_s']:.2f} s, {reply['captures']} captures so far",
+                  f"{row['statickv_request_s']:.2f} s (every bucket captured at start)",
                   flush=True)
     finally:
         server.close()
@@ -583,8 +592,8 @@ def main():
     parser.add_argument("--chat-text", default=CHAT_TEXT, help="--checkpoint: the user message")
     parser.add_argument("--compile", action="store_true",
                         help="--checkpoint: also hf-static with a torch.compile'd forward")
-    parser.add_argument("--exe", default="", help="statickv_bench_serve (the serve part)")
-    parser.add_argument("--parts", default="serve", help="comma-separated: serve (statickv_bench_serve "
+    parser.add_argument("--exe", default="", help="statickv-serve (the serve part)")
+    parser.add_argument("--parts", default="serve", help="comma-separated: serve (statickv-serve "
                         "against hf), seeds (the two seed scenarios through the Python package), "
                         "smollm2 (the real model: --checkpoint, --demo)")
     parser.add_argument("--shapes", default="tiny", help="comma-separated: tiny, llama-3.2-1b")
@@ -610,7 +619,7 @@ def main():
     if not parts <= {"serve", "seeds", "smollm2"}:
         parser.error(f"--parts: expected serve, seeds and/or smollm2 but got {args.parts}")
     if "serve" in parts and not args.exe:
-        parser.error("--exe: expected statickv_bench_serve for the serve part")
+        parser.error("--exe: expected statickv-serve for the serve part")
     if "smollm2" in parts and not (args.checkpoint and args.demo):
         parser.error("--checkpoint, --demo: expected both for the smollm2 part")
     args.dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")

@@ -129,7 +129,7 @@ want write && run write_cost "$BENCH/statickv_bench_write" "${common[@]}" "${wri
 want memory && run memory "$BENCH/statickv_bench_memory" --json "$RESULTS/memory.json"
 if ((hf)) && want hf; then
   if "$PY" -c 'import transformers' 2>/dev/null; then
-    run hf_compare "$PY" "$STATICKV_ROOT/benchmarks/hf_compare.py" --exe "$BENCH/statickv_bench_serve" \
+    run hf_compare "$PY" "$STATICKV_ROOT/benchmarks/hf_compare.py" --exe "$BUILD_DIR/apps/statickv-serve" \
       --device "$device" ${threads:+--threads "$threads"} "${hfargs[@]}" "${typed[@]}" \
       --workdir "$RESULTS/hf" --json "$RESULTS/hf_compare.json"
   else

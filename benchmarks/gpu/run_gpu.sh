@@ -21,7 +21,7 @@
 # tests, model decode (batch prefix, graphs, bandwidth), SmolLM2-shaped
 # decode at batch 1, 8 and 64, prompt lengths,
 # context length, write cost, attention-stack decode, memory (the short
-# ones), then the Hugging Face comparison with whatever is left (its
+# ones), continuous vs static batching, then the Hugging Face comparison with whatever is left (its
 # torch.compile parts stop at a deadline).
 #
 #   --dry-run   on a CPU machine: skip the build (use $STATICKV_BUILD_DIR or
@@ -112,6 +112,7 @@ if ((dry)); then
   write=(--rounds 3 --calls 5)
   decode=(--rounds 3 --calls 2)
   smollm2=(--shape tiny --dtype fp32 --context 32 --max-len 64 --rounds 2 --calls 2)
+  serving=(--shape tiny --requests 20 --rate 50 --max-len 256 --max-prompt 64 --max-new 32)
 else
   model=(--shape llama-3.2-1b --dtype bf16 --context 1024 --max-len 2048 --rounds 20 --calls 10)
   prompts=(--shape llama-3.2-1b --dtype bf16 --max-len 2048 --prompts 64 --reps 2)
@@ -122,6 +123,8 @@ else
   # SmolLM2-135M's shape with random weights (the real ones cannot travel):
   # batch 1 and 8 (--max-batch 8), batch 64 (--max-batch 64), bf16, graphs.
   smollm2=(--shape smollm2-135m --dtype bf16 --context 512 --max-len 1024 --rounds 10 --calls 10)
+  serving=(--shape llama-3.2-1b --dtype bf16 --requests 200 --rate 30 --max-batch 16 --max-len 1024
+           --max-prompt 512 --max-new 256)
 fi
 have "$B/statickv_bench_model" &&
   stage model_decode 60 120 "$B/statickv_bench_model" --device "$DEV" "${model[@]}" --json "$RES/model_decode.json"
@@ -142,6 +145,10 @@ have "$B/statickv_bench_decode" &&
   stage decode_step 20 40 "$B/statickv_bench_decode" --device "$DEV" "${decode[@]}" --json "$RES/decode_step.json"
 have "$B/statickv_bench_memory" &&
   stage memory 5 20 "$B/statickv_bench_memory" --json "$RES/memory.json"
+# Continuous batching (Scheduler) vs static batching (Generator) on one trace.
+have "$B/statickv_bench_serving" &&
+  stage serving 40 120 "$B/statickv_bench_serving" --device "$DEV" "${serving[@]}" --json "$RES/serving.json" \
+    --trace-out "$RES/serving_trace.json"
 
 # Hugging Face: transformers from the machine's Python, else from the wheels
 # prep.sh --hf-wheels carried (installed into a private folder).
@@ -152,13 +159,18 @@ if ! "$PY" -c 'import transformers' 2>/dev/null && ls .devdeps/wheels/transforme
   "$PY" -m pip install -q --no-index --no-deps --find-links .devdeps/wheels \
     --target /tmp/statickv-hf-py $pkgs && export PYTHONPATH="/tmp/statickv-hf-py:${PYTHONPATH:-}"
 fi
-if "$PY" -c 'import transformers' 2>/dev/null && have "$B/statickv_bench_serve"; then
+# Hugging Face's continuous batching on the trace the serving stage replayed.
+if "$PY" -c 'import transformers' 2>/dev/null && [ -f "$RES/serving_trace.json" ]; then
+  stage hf_serving 60 120 "$PY" benchmarks/hf_serving.py --trace "$RES/serving_trace.json" \
+    --shape "${serving[1]}" --device "$DEV" --workdir /tmp/statickv-hf --json "$RES/hf_serving.json"
+fi
+if "$PY" -c 'import transformers' 2>/dev/null && have "$BUILD/apps/statickv-serve"; then
   # Its optional parts (torch.compile, new lengths) start only before a
   # deadline a minute short of the stage's timeout; results are saved after
   # every part, so a kill at the timeout keeps what finished.
   l=$(left)
   t=$((l - 10 < 240 ? l - 10 : 240))
-  stage hf_compare 90 240 "$PY" benchmarks/hf_compare.py --exe "$B/statickv_bench_serve" \
+  stage hf_compare 90 240 "$PY" benchmarks/hf_compare.py --exe "$BUILD/apps/statickv-serve" \
     --device "$DEV" "${hfargs[@]}" --deadline-s $((t > 80 ? t - 60 : 20)) \
     --workdir /tmp/statickv-hf --json "$RES/hf_compare.json"
 else

@@ -1,0 +1,181 @@
+// statickv-serve: a continuous-batching server over one StaticCache or
+// HybridCache (reference::Scheduler), speaking JSON lines on stdin/stdout
+// (protocol.hpp; README "statickv-serve"). End of input drains the queue and
+// exits 0; a refused flag exits 2.
+
+#include "server.hpp"
+
+#include <statickv/apps/flags.hpp>
+#include <statickv/reference/checkpoint.hpp>
+#include <statickv/reference/serving.hpp>
+#ifdef STATICKV_SERVE_TOKENIZER
+#include <statickv/tokenizer/tokenizer.hpp>
+#endif
+
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+
+using namespace statickv;
+using namespace statickv::reference;
+using apps::FlagError;
+
+namespace {
+
+struct Options {
+  std::string checkpoint, shape = "tiny", device = "auto", dtype, cache, tokenizer;
+  int64_t max_batch = 8, max_len = 0, prefill_chunk = 0, token_budget = 0, seed = 0;
+  int threads = 0;
+  bool eager = false;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  apps::Flags flags("statickv-serve",
+                    "continuous-batching server: JSON lines in (requests), one JSON line out per "
+                    "finished request");
+  flags.add("--checkpoint DIR", &o.checkpoint,
+            "Hugging Face checkpoint (config.json + *.safetensors); default: --shape with seeded "
+            "random weights");
+  flags.add_choice("--shape NAME", &o.shape, named_config_names(),
+                   "named shape when no checkpoint: tiny (default), tiny-mistral, tiny-qwen2, "
+                   "llama-3.2-1b, llama-3.1-8b");
+  flags.add("--seed N", &o.seed, "random weights of --shape", /*min=*/0);
+  flags.add_device(&o.device);
+  flags.add_dtype(&o.dtype, at::kBFloat16);
+  flags.add_choice("--cache C", &o.cache, {"static", "hybrid"},
+                   "static or hybrid (default: static for all-full models, hybrid when the model "
+                   "has sliding layers)");
+  flags.add("--max-batch N", &o.max_batch, "cache rows: requests served at once", /*min=*/1);
+  flags.add("--max-len N", &o.max_len,
+            "positions per row: prompt + max_new_tokens of any request (default 0: min(2048, "
+            "the model's max_position_embeddings))",
+            /*min=*/0);
+  flags.add("--prefill-chunk N", &o.prefill_chunk,
+            "most prompt tokens a row prefills per step (default 0: 64)", /*min=*/0);
+  flags.add("--token-budget N", &o.token_budget,
+            "most tokens per step, decode first (default 0: max-batch - 1 + prefill chunk)",
+            /*min=*/0);
+  flags.add_switch("--eager", &o.eager,
+                   "run steps at their exact shapes (default: the bucketed GraphRunner, CUDA "
+                   "graphs on a GPU, every bucket captured at start)");
+  flags.add("--threads N", &o.threads, "intra-op CPU threads (default 0: LibTorch's choice)",
+            /*min=*/0);
+  flags.add("--tokenizer DIR", &o.tokenizer,
+            "tokenizer.json directory for \"text\" in and out (default: the checkpoint's, when it "
+            "has one)");
+  flags.add_note(
+      "Input, one JSON object per line: {\"id\": ..., \"prompt\": [ids] (or \"text\": \"...\"),\n"
+      "\"max_new_tokens\": N} with optional \"temperature\", \"top_k\", \"seed\", \"stop\": "
+      "[ids],\n"
+      "\"arrival_s\" (replay offset); or {\"cancel\": id}. Output, one line per finished request:\n"
+      "{\"id\", \"tokens\", \"finish\", \"queue_s\", \"ttft_s\", \"decode_tokens_per_s\"} (+ "
+      "\"error\",\n"
+      "\"text\"). End of input drains the queue and exits 0; a refused flag exits 2.");
+  flags.parse(argc, argv);
+  if (!o.checkpoint.empty() && flags.given("--shape")) {
+    throw FlagError("--shape: expected no --shape with --checkpoint (the checkpoint has its own)");
+  }
+  if (!o.checkpoint.empty() && flags.given("--seed")) {
+    throw FlagError("--seed: expected no --seed with --checkpoint (it seeds random weights)");
+  }
+  return o;
+}
+
+std::unique_ptr<LlamaModel> load_model(const Options& o, at::Device device, at::ScalarType dtype) {
+  if (!o.checkpoint.empty()) {
+    Checkpoint ckpt = load_checkpoint(o.checkpoint, dtype, device);
+    return std::make_unique<LlamaModel>(std::move(ckpt.config), std::move(ckpt.weights));
+  }
+  const ModelConfig config = named_config(o.shape);
+  return std::make_unique<LlamaModel>(
+      config, random_weights(config, static_cast<uint64_t>(o.seed), dtype, device));
+}
+
+SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) {
+  SchedulerOptions s;
+  if (o.cache == "static" && config.has_sliding()) {
+    throw FlagError(
+        "--cache: expected hybrid for a model with sliding-window layers but got static");
+  }
+  s.cache = o.cache.empty() ? (config.has_sliding() ? CacheKind::kHybrid : CacheKind::kStatic)
+                            : parse_cache_kind(o.cache);
+  const int64_t positions = config.max_position_embeddings;
+  s.max_len = o.max_len > 0 ? o.max_len : std::min<int64_t>(2048, positions);
+  if (s.max_len < 2 || s.max_len > positions) {
+    throw FlagError(fmt::format(
+        "--max-len: expected an integer in [2, {}] (the model's max_position_embeddings) but got "
+        "{}",
+        positions, s.max_len));
+  }
+  s.max_batch = o.max_batch;
+  s.prefill_chunk = o.prefill_chunk;
+  if (o.prefill_chunk > s.max_len) {
+    throw FlagError(fmt::format("--prefill-chunk: expected at most --max-len={} but got {}",
+                                s.max_len, o.prefill_chunk));
+  }
+  const int64_t chunk = std::min<int64_t>(o.prefill_chunk > 0 ? o.prefill_chunk : 64, s.max_len);
+  if (o.token_budget > 0 && o.token_budget < o.max_batch) {
+    throw FlagError(fmt::format(
+        "--token-budget: expected 0 or at least --max-batch={} (every decode row) but got {}",
+        o.max_batch, o.token_budget));
+  }
+  s.token_budget = o.token_budget > 0 ? o.token_budget : o.max_batch - 1 + chunk;
+  s.bucketed = !o.eager;
+  return s;
+}
+
+serve::TextCodec text_codec(const Options& o) {
+  std::string dir = o.tokenizer;
+  if (dir.empty() && !o.checkpoint.empty() &&
+      std::filesystem::exists(std::filesystem::path(o.checkpoint) / "tokenizer.json")) {
+    dir = o.checkpoint;
+  }
+  if (dir.empty()) return {};
+#ifdef STATICKV_SERVE_TOKENIZER
+  auto tok = std::make_shared<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(dir));
+  return {[tok](const std::string& text) { return tok->encode(text); },
+          [tok](const std::vector<int64_t>& ids) { return tok->decode(ids, true); }};
+#else
+  throw FlagError("--tokenizer: expected no tokenizer: this build has no statickv::tokenizer");
+#endif
+}
+
+void report(const Scheduler& engine) {
+  const EngineStats s = engine.stats();
+  std::fprintf(stderr,
+               "statickv-serve: %lld requests (%lld completed, %lld cancelled, %lld rejected), "
+               "%lld steps (%lld with prefill), occupancy %.3f, padded fraction %.3f, captures "
+               "%lld, replays %lld, eager runs %lld\n",
+               static_cast<long long>(s.submitted + s.rejected),
+               static_cast<long long>(s.completed), static_cast<long long>(s.cancelled),
+               static_cast<long long>(s.rejected), static_cast<long long>(s.steps),
+               static_cast<long long>(s.mixed_steps), s.occupancy(), s.padded_fraction(),
+               static_cast<long long>(s.runner.captures), static_cast<long long>(s.runner.replays),
+               static_cast<long long>(s.runner.eager_runs));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options o = parse(argc, argv);
+  if (o.threads > 0) at::set_num_threads(o.threads);
+  const at::Device device = apps::parse_device(o.device);
+  const at::ScalarType dtype = apps::parse_dtype(o.dtype, device, at::kBFloat16);
+  if (!o.checkpoint.empty() && !std::filesystem::is_directory(o.checkpoint)) {
+    throw FlagError("--checkpoint: expected a directory but got '" + o.checkpoint + "'");
+  }
+  serve::TextCodec codec = text_codec(o);
+  const std::unique_ptr<LlamaModel> model = load_model(o, device, dtype);
+  Scheduler engine(*model, scheduler_options(o, model->config()));
+  engine.warm_up();  // after this no arrival pattern captures again
+  serve::LineReader input(std::cin);
+  serve::Server server(engine, std::move(codec), std::cout);
+  server.run(input);
+  report(engine);
+  return 0;
+} catch (...) {
+  return apps::fail("statickv-serve");
+}

@@ -1,0 +1,48 @@
+#pragma once
+// statickv-serve's loop: lines in (requests, cancellations, replay times),
+// engine steps, one reply line per finished request. Reading runs on its own
+// thread (LineReader); everything else, the engine included, on this one.
+
+#include "line_reader.hpp"
+#include "protocol.hpp"
+
+#include <statickv/reference/serving.hpp>
+
+#include <functional>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace statickv::serve {
+
+/// Text in and out (empty functions: no tokenizer).
+struct TextCodec {
+  std::function<std::vector<int64_t>(const std::string&)> encode;
+  std::function<std::string(const std::vector<int64_t>&)> decode;
+};
+
+class Server {
+ public:
+  Server(reference::Scheduler& engine, TextCodec codec, std::ostream& out)
+      : engine_(engine), codec_(std::move(codec)), out_(out) {}
+
+  /// Serves until the input ends and every request has finished.
+  void run(LineReader& in);
+
+ private:
+  void handle(const std::string& line);
+  void submit(Message message, reference::ServeClock::time_point arrival);
+  void cancel(const Message& message);
+  void submit_due();
+  void write_finished();
+
+  reference::Scheduler& engine_;
+  TextCodec codec_;
+  std::ostream& out_;
+  reference::ServeClock::time_point start_;
+  std::multimap<double, Message> held_;        // arrival_s -> not yet due
+  std::map<std::string, nlohmann::json> ids_;  // engine id -> the client's id
+};
+
+}  // namespace statickv::serve

@@ -1,0 +1,284 @@
+// statickv_bench_serving: continuous batching (reference::Scheduler) against
+// static batching (reference::Generator) on the same request trace, replayed
+// in real time: Poisson arrivals at --rate requests/s, prompt and output
+// lengths log-uniform in [--min-prompt, --max-prompt] and [--min-new,
+// --max-new] (reference/include/statickv/reference/trace.hpp).
+//
+// Static batching: whenever the Generator is free it takes every request
+// that has arrived (up to --max-batch) as one ragged batch and generates
+// until the batch's largest max_new_tokens; each request keeps its own
+// first max_new_tokens tokens. Continuous batching: one warmed-up Scheduler
+// over a cache of --max-batch rows. Both greedy, same model, same trace.
+//
+// Reported: throughput (requested tokens / makespan), time to first token
+// and per-token latency (p50, p99) over requests, and how many requests got
+// identical tokens from both.
+
+#include "bench_model.hpp"
+
+#include <statickv/reference/serving.hpp>
+#include <statickv/reference/trace.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <thread>
+
+using namespace statickv;
+using namespace statickv::bench;
+using reference::ServeClock;
+
+namespace {
+
+struct Options {
+  std::string shape = "small", device = "auto", dtype, json, trace_out;
+  int64_t requests = 200, max_batch = 8, max_len = 512, prefill_chunk = 64, seed = 0;
+  int64_t min_prompt = 4, max_prompt = 256, min_new = 4, max_new = 128;
+  double rate = 20.0;
+  int threads = 0;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  Flags flags("statickv_bench_serving",
+              "continuous batching (Scheduler) vs static batching (Generator) on one trace");
+  add_shape_flag(flags, &o.shape, "model shape, random weights (default small)");
+  flags.add_device(&o.device);
+  flags.add_dtype(&o.dtype, at::kBFloat16);
+  flags.add("--requests N", &o.requests, "requests in the trace", /*min=*/1);
+  flags.add("--rate R", &o.rate, "mean arrivals per second (Poisson; 0 = all at once)",
+            /*min=*/0.0);
+  flags.add("--min-prompt N", &o.min_prompt, "shortest prompt", /*min=*/1);
+  flags.add("--max-prompt N", &o.max_prompt, "longest prompt (log-uniform between)", /*min=*/1);
+  flags.add("--min-new N", &o.min_new, "fewest new tokens", /*min=*/1);
+  flags.add("--max-new N", &o.max_new, "most new tokens (log-uniform between)", /*min=*/1);
+  flags.add("--max-batch N", &o.max_batch, "cache rows, both engines", /*min=*/1);
+  flags.add("--max-len N", &o.max_len, "positions per row", /*min=*/2);
+  flags.add("--prefill-chunk N", &o.prefill_chunk, "continuous: prompt tokens per row per step",
+            /*min=*/1);
+  flags.add("--seed N", &o.seed, "trace and weights", /*min=*/0);
+  add_threads_flag(flags, &o.threads);
+  add_json_flag(flags, &o.json);
+  flags.add("--trace-out FILE", &o.trace_out,
+            "also write the trace as JSON (arrival_s, prompt, max_new_tokens per request), for "
+            "benchmarks/hf_serving.py");
+  flags.parse(argc, argv);
+  if (o.max_prompt < o.min_prompt) throw FlagError("--max-prompt: expected >= --min-prompt");
+  if (o.max_new < o.min_new) throw FlagError("--max-new: expected >= --min-new");
+  if (o.max_prompt + o.max_new > o.max_len) {
+    throw FlagError(
+        fmt::format("--max-len: expected at least --max-prompt + --max-new = {} but "
+                    "got {}",
+                    o.max_prompt + o.max_new, o.max_len));
+  }
+  return o;
+}
+
+/// One request's outcome, in seconds from its arrival.
+struct Served {
+  std::vector<int64_t> tokens;
+  double ttft = 0, per_token = 0, finish = 0;  // finish: from the trace's start
+};
+
+struct Summary {
+  double throughput = 0, makespan = 0;
+  double ttft_p50 = 0, ttft_p99 = 0, tpot_p50 = 0, tpot_p99 = 0;
+};
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+Summary summarize(const std::vector<Served>& served, int64_t tokens) {
+  Summary s;
+  std::vector<double> ttft, tpot;
+  for (const Served& r : served) {
+    s.makespan = std::max(s.makespan, r.finish);
+    ttft.push_back(r.ttft);
+    if (r.tokens.size() >= 2) tpot.push_back(r.per_token);
+  }
+  s.throughput = s.makespan > 0 ? static_cast<double>(tokens) / s.makespan : 0.0;
+  s.ttft_p50 = percentile(ttft, 0.5);
+  s.ttft_p99 = percentile(ttft, 0.99);
+  s.tpot_p50 = percentile(tpot, 0.5);
+  s.tpot_p99 = percentile(tpot, 0.99);
+  return s;
+}
+
+ServeClock::time_point at(ServeClock::time_point start, double seconds) {
+  return start +
+         std::chrono::duration_cast<ServeClock::duration>(std::chrono::duration<double>(seconds));
+}
+
+double since(ServeClock::time_point start, ServeClock::time_point t) {
+  return std::chrono::duration<double>(t - start).count();
+}
+
+/// Continuous batching: submit each request when due, step while busy.
+std::vector<Served> run_continuous(reference::Scheduler& engine,
+                                   const std::vector<reference::TraceRequest>& trace) {
+  std::vector<Served> served(trace.size());
+  size_t next = 0, done = 0;
+  const auto start = ServeClock::now();
+  while (done < trace.size()) {
+    for (; next < trace.size() && at(start, trace[next].arrival) <= ServeClock::now(); ++next) {
+      reference::Request r;
+      r.id = std::to_string(next);
+      r.prompt = trace[next].prompt;
+      r.max_new_tokens = trace[next].max_new_tokens;
+      r.stop = std::vector<int64_t>{};
+      r.arrival = at(start, trace[next].arrival);
+      engine.submit(std::move(r));
+    }
+    if (engine.idle()) {
+      std::this_thread::sleep_until(at(start, trace[next].arrival));
+      continue;
+    }
+    engine.step();
+    for (reference::Completion& c : engine.take_finished()) {
+      Served& s = served[std::stoul(c.id)];
+      s.ttft = c.stats.ttft_seconds;
+      s.per_token =
+          c.stats.decode_tokens_per_second > 0 ? 1.0 / c.stats.decode_tokens_per_second : 0.0;
+      s.finish = since(start, ServeClock::now());
+      s.tokens = std::move(c.tokens);
+      ++done;
+    }
+  }
+  return served;
+}
+
+/// Static batching: every arrived request (up to max_batch) as one batch.
+std::vector<Served> run_static(reference::Generator& generator,
+                               const std::vector<reference::TraceRequest>& trace,
+                               int64_t max_batch) {
+  std::vector<Served> served(trace.size());
+  size_t next = 0;
+  const auto start = ServeClock::now();
+  while (next < trace.size()) {
+    std::this_thread::sleep_until(at(start, trace[next].arrival));
+    std::vector<size_t> batch;
+    std::vector<std::vector<int64_t>> prompts;
+    int64_t longest = 1;
+    for (; next < trace.size() && static_cast<int64_t>(batch.size()) < max_batch &&
+           at(start, trace[next].arrival) <= ServeClock::now();
+         ++next) {
+      batch.push_back(next);
+      prompts.push_back(trace[next].prompt);
+      longest = std::max(longest, trace[next].max_new_tokens);
+    }
+    const double began = since(start, ServeClock::now());
+    const reference::GenerateResult out = generator.generate(prompts, longest);
+    const double ended = since(start, ServeClock::now());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      Served& s = served[batch[i]];
+      const auto keep = static_cast<size_t>(trace[batch[i]].max_new_tokens);
+      s.tokens.assign(out.tokens[i].begin(),
+                      out.tokens[i].begin() + std::min(keep, out.tokens[i].size()));
+      s.ttft = began + out.prefill_seconds - trace[batch[i]].arrival;
+      s.per_token = out.decode_steps > 0 ? out.decode_seconds / out.decode_steps : 0.0;
+      s.finish = ended;
+    }
+  }
+  return served;
+}
+
+Json to_json(const Summary& s) {
+  return Json::object({{"tokens_per_s", s.throughput},
+                       {"makespan_s", s.makespan},
+                       {"ttft_p50_s", s.ttft_p50},
+                       {"ttft_p99_s", s.ttft_p99},
+                       {"per_token_p50_s", s.tpot_p50},
+                       {"per_token_p99_s", s.tpot_p99}});
+}
+
+void write_trace(const std::string& path, const std::vector<reference::TraceRequest>& trace) {
+  if (path.empty()) return;
+  Json requests = Json::array();
+  for (const auto& r : trace) {
+    requests.push_back(Json::object(
+        {{"arrival_s", r.arrival}, {"prompt", r.prompt}, {"max_new_tokens", r.max_new_tokens}}));
+  }
+  write_json(path, Json::object({{"requests", requests}}));
+}
+
+void print_row(const char* name, const Summary& s) {
+  fmt::print("{:<12} {:>10.1f} {:>10.2f} {:>10.1f} {:>10.1f} {:>12.2f} {:>12.2f}\n", name,
+             s.throughput, s.makespan, s.ttft_p50 * 1e3, s.ttft_p99 * 1e3, s.tpot_p50 * 1e3,
+             s.tpot_p99 * 1e3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options o = parse(argc, argv);
+  set_threads(o.threads);
+  const at::Device device = parse_device(o.device);
+  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kBFloat16);
+  const auto model = random_model(o.shape, dtype, device, static_cast<uint64_t>(o.seed));
+  reference::TraceOptions t;
+  t.requests = o.requests;
+  t.rate = o.rate;
+  t.min_prompt = o.min_prompt;
+  t.max_prompt = o.max_prompt;
+  t.min_new_tokens = o.min_new;
+  t.max_new_tokens = o.max_new;
+  t.vocab_size = model->config().vocab_size;
+  t.seed = static_cast<uint64_t>(o.seed);
+  const std::vector<reference::TraceRequest> trace = reference::make_trace(t);
+  int64_t tokens = 0;
+  for (const auto& r : trace) tokens += r.max_new_tokens;
+  write_trace(o.trace_out, trace);
+
+  reference::SchedulerOptions so;
+  so.cache = reference::CacheKind::kStatic;
+  so.max_batch = o.max_batch;
+  so.max_len = o.max_len;
+  so.prefill_chunk = o.prefill_chunk;
+  reference::Scheduler engine(*model, so);
+  engine.warm_up();
+  reference::GenerateOptions go = serve_options(ServeMode::kBucketed, o.max_len);
+  reference::Generator generator(*model, go, o.max_batch, o.max_len);
+  // Warm-up: thread pools, kernels, and on CUDA the Generator's captures.
+  run_static(generator,
+             std::vector<reference::TraceRequest>(
+                 trace.begin(), trace.begin() + std::min<size_t>(trace.size(), 16)),
+             o.max_batch);
+
+  const std::vector<Served> continuous = run_continuous(engine, trace);
+  const std::vector<Served> batched = run_static(generator, trace, o.max_batch);
+  int64_t identical = 0;
+  for (size_t i = 0; i < trace.size(); ++i) identical += continuous[i].tokens == batched[i].tokens;
+  const Summary c = summarize(continuous, tokens), s = summarize(batched, tokens);
+  const reference::EngineStats es = engine.stats();
+
+  fmt::print(
+      "statickv_bench_serving: {} ({}) on {}, {} requests at {} req/s, prompts {}..{}, new "
+      "{}..{} tokens ({} in all), max_batch {}\n",
+      o.shape, dtype_name(dtype), device.str(), o.requests, o.rate, o.min_prompt, o.max_prompt,
+      o.min_new, o.max_new, tokens, o.max_batch);
+  fmt::print("{:<12} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12}\n", "", "tokens/s", "makespan s",
+             "ttft p50ms", "ttft p99ms", "tok p50 ms", "tok p99 ms");
+  print_row("continuous", c);
+  print_row("static", s);
+  fmt::print(
+      "continuous / static throughput {:.2f}x; identical tokens {}/{}; occupancy {:.3f}, "
+      "padded fraction {:.3f}, {} steps ({} with prefill), captures {}, replays {}\n",
+      s.throughput > 0 ? c.throughput / s.throughput : 0.0, identical, trace.size(), es.occupancy(),
+      es.padded_fraction(), es.steps, es.mixed_steps, es.runner.captures, es.runner.replays);
+  write_json(o.json, Json::object({{"benchmark", "serving"},
+                                   {"command", command_line(argc, argv)},
+                                   {"environment", environment(device)},
+                                   {"continuous", to_json(c)},
+                                   {"static", to_json(s)},
+                                   {"identical_tokens", identical},
+                                   {"requests", o.requests},
+                                   {"occupancy", es.occupancy()},
+                                   {"padded_fraction", es.padded_fraction()}}));
+  return 0;
+} catch (...) {
+  return apps::fail("statickv_bench_serving");
+}

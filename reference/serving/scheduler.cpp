@@ -1,0 +1,340 @@
+// Scheduler: the continuous-batching step loop over one cache (policy:
+// docs/serving.md). A step admits waiting requests into free rows, feeds
+// prompt chunks (admission order, under the token budget) to the prefill
+// region [0, prefilling) in one runner call and every decoding row's newest
+// token in another, picks the next token of every row that finished its
+// prompt or decoded, moves rows whose prompt is complete into the decode
+// region and retires finished rows by moving the last row into each hole.
+
+#include "state.hpp"
+
+#include <statickv/cache.hpp>
+
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+
+namespace statickv::reference {
+
+using serving_detail::Active;
+using serving_detail::CallInputs;
+using serving_detail::RowTable;
+
+struct Scheduler::State {
+  const LlamaModel& model;
+  SchedulerOptions options;
+  std::unique_ptr<Cache> cache;
+  std::unique_ptr<CacheBackend> backend;
+  std::unique_ptr<GraphRunner> runner;
+  std::unique_ptr<RowTable> table;  // rows()[r] lives in cache row r
+  std::deque<Active> waiting;
+  std::vector<Completion> finished;
+  EngineStats stats;
+};
+
+namespace {
+
+/// Resolves the options' defaults and checks them against the model.
+SchedulerOptions resolved(const LlamaModel& model, SchedulerOptions o) {
+  TORCH_CHECK(o.cache != CacheKind::kDynamic,
+              "cache: expected static or hybrid (one preallocated cache) but got dynamic");
+  TORCH_CHECK(o.cache != CacheKind::kStatic || !model.config().has_sliding(),
+              "cache: expected hybrid for a model with sliding-window layers but got static");
+  TORCH_CHECK(o.max_batch >= 1, "max_batch: expected >= 1 but got ", o.max_batch);
+  TORCH_CHECK(o.max_len >= 2, "max_len: expected >= 2 but got ", o.max_len);
+  TORCH_CHECK(o.prefill_chunk >= 0, "prefill_chunk: expected >= 0 (0 = default) but got ",
+              o.prefill_chunk);
+  const int64_t chunk = std::min(o.prefill_chunk > 0 ? o.prefill_chunk : 64, o.max_len);
+  o.prefill_chunk = chunk;
+  if (!o.prompt_buckets) o.prompt_buckets = ShapeBuckets::powers_of_two(chunk);
+  TORCH_CHECK(o.prompt_buckets->max() >= chunk,
+              "prompt_buckets: expected a largest bucket >= ", chunk,
+              " (the prefill chunk) but got ", o.prompt_buckets->max());
+  if (!o.attend_buckets) {
+    o.attend_buckets = ShapeBuckets::powers_of_two(o.max_len, std::min<int64_t>(64, o.max_len));
+  }
+  TORCH_CHECK(o.attend_buckets->max() == o.max_len, "attend_buckets: expected a largest bucket of ",
+              o.max_len, " (max_len) but got ", o.attend_buckets->max());
+  if (o.token_budget == 0) o.token_budget = o.max_batch - 1 + chunk;
+  TORCH_CHECK(o.token_budget >= o.max_batch, "token_budget: expected >= max_batch=", o.max_batch,
+              " (every decode row and one prompt token) or 0 but got ", o.token_budget);
+  return o;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions options)
+    : state_(new State{model, resolved(model, std::move(options)), {}, {}, {}, {}, {}, {}, {}}) {
+  c10::InferenceMode inference;
+  State& s = *state_;
+  const SchedulerOptions& o = s.options;
+  CacheConfig config = model.cache_config(o.max_batch, o.max_len);
+  // A full chunk pads to its bucket: the cache must take that many tokens
+  // per row in one step (a sliding layer's ring grows by it).
+  config.max_chunk = o.prompt_buckets->round_up(o.prefill_chunk, "prompt_buckets");
+  TORCH_CHECK(config.max_chunk <= o.max_len, "prompt_buckets: expected the bucket serving a ",
+              "full chunk of ", o.prefill_chunk, " tokens to be <= max_len=", o.max_len,
+              " but got ", config.max_chunk);
+  if (o.cache == CacheKind::kStatic) {
+    s.cache = std::make_unique<StaticCache>(config);
+  } else {
+    s.cache = std::make_unique<HybridCache>(config);
+  }
+  s.backend = std::make_unique<CacheBackend>(*s.cache, o.kernel);
+  s.table = std::make_unique<RowTable>(*s.cache);
+  s.stats.max_batch = o.max_batch;
+  if (!o.bucketed) return;
+  GraphRunner::Options ro;
+  ro.device = s.model.device();
+  ro.use_graphs = o.cuda_graphs;
+  ro.batch_buckets = ShapeBuckets::powers_of_two(o.max_batch);
+  ro.query_buckets = *o.prompt_buckets;
+  ro.attend_buckets = *o.attend_buckets;
+  ro.row_outputs = {0};  // each row's newest token's logits: [B, vocab]
+  State* state = &s;
+  // One step for decode and prefill alike: padded tokens and rows carry
+  // position -1 and land in the scratch slot (Invariant [scratch slot]).
+  GraphRunner::StepFn step = [state](const std::vector<at::Tensor>& in, const GraphKey& key) {
+    return std::vector<at::Tensor>{
+        state->model.forward(in[0], in[1], *state->backend, key.attend_len, Logits::kLast)};
+  };
+  s.runner = std::make_unique<GraphRunner>(
+      std::vector<InputSpec>{{"ids", at::kLong, {}, 0}, {"positions", at::kLong, {}, -1}},
+      std::move(step), ro);
+}
+
+Scheduler::~Scheduler() = default;
+
+namespace {
+
+/// Prompt tokens each prefilling row feeds this step: at most `chunk` per
+/// row, in admission order (the prefill region's order), while `budget`
+/// lasts.
+std::vector<int64_t> allot(const RowTable& table, int64_t chunk, int64_t budget) {
+  std::vector<int64_t> fed(table.prefilling(), 0);
+  for (size_t r = 0; r < fed.size(); ++r) {
+    const Active& row = table.rows()[r];
+    fed[r] = std::min({row.prompt_len() - row.prompt_done, chunk, budget});
+    budget -= fed[r];
+  }
+  return fed;
+}
+
+CallInputs host_inputs(std::vector<int64_t> ids, std::vector<int64_t> pos, int64_t b, int64_t q) {
+  CallInputs in;
+  const auto opts = at::TensorOptions().dtype(at::kLong);
+  in.ids = at::tensor(ids, opts).view({b, q});
+  in.positions = at::tensor(pos, opts).view({b, q});
+  return in;
+}
+
+/// The prefill call: rows [0, b) of the prefill region, each row's chunk
+/// from column 0, position -1 past it (b: one past the last row fed).
+CallInputs pack_prefill(const RowTable& table, const std::vector<int64_t>& fed, int64_t b) {
+  const int64_t q = *std::max_element(fed.begin(), fed.begin() + b);
+  std::vector<int64_t> ids(static_cast<size_t>(b * q), 0), pos(ids.size(), -1);
+  int64_t attend = 1, real = 0;
+  for (int64_t r = 0; r < b; ++r) {
+    const Active& row = table.rows()[static_cast<size_t>(r)];
+    for (int64_t t = 0; t < fed[r]; ++t) {
+      ids[r * q + t] = row.request.prompt[row.prompt_done + t];
+      pos[r * q + t] = row.prompt_done + t;
+    }
+    if (fed[r] > 0) attend = std::max(attend, row.prompt_done + fed[r]);
+    real += fed[r];
+  }
+  CallInputs in = host_inputs(std::move(ids), std::move(pos), b, q);
+  in.attend = attend;
+  in.real = real;
+  return in;
+}
+
+/// The decode call: rows [0, live) at q = 1, the prefill region as padding.
+CallInputs pack_decode(const RowTable& table) {
+  const int64_t b = static_cast<int64_t>(table.live());
+  std::vector<int64_t> ids(static_cast<size_t>(b), 0), pos(ids.size(), -1);
+  int64_t attend = 1;
+  for (size_t r = table.prefilling(); r < table.live(); ++r) {
+    const Active& row = table.rows()[r];
+    ids[r] = row.tokens.back();
+    pos[r] = row.prompt_len() + static_cast<int64_t>(row.tokens.size()) - 1;
+    attend = std::max(attend, pos[r] + 1);
+  }
+  CallInputs in = host_inputs(std::move(ids), std::move(pos), b, 1);
+  in.attend = attend;
+  in.real = b - static_cast<int64_t>(table.prefilling());
+  return in;
+}
+
+bool is_stop(const Active& row, int64_t token) {
+  return std::find(row.stop.begin(), row.stop.end(), token) != row.stop.end();
+}
+
+/// Gives `row` its next token from its logits [vocab] and marks it done
+/// when the token is a stop id or the last one it may have.
+void accept(Active& row, const at::Tensor& logits, int64_t greedy, ServeClock::time_point now) {
+  const int64_t token = serving_detail::pick_token(row, logits, greedy);
+  if (row.tokens.empty()) row.first_token = now;
+  row.tokens.push_back(token);
+  if (row.request.on_token) row.request.on_token(row.request.id, token);
+  if (is_stop(row, token)) {
+    row.done = Finish::kStop;
+  } else if (static_cast<int64_t>(row.tokens.size()) >= row.request.max_new_tokens) {
+    row.done = Finish::kLength;
+  }
+}
+
+}  // namespace
+
+// Not in the anonymous namespace: it names the private State.
+struct SchedulerSteps {
+  /// Runs one call (through the runner or eagerly) and accounts for it.
+  static at::Tensor run(Scheduler::State& s, const CallInputs& in) {
+    const at::Device device = s.model.device();
+    const at::Tensor ids = in.ids.to(device), pos = in.positions.to(device);
+    const int64_t b = ids.size(0), q = ids.size(1);
+    const GraphKey key = s.runner ? s.runner->key_for(b, q, in.attend) : GraphKey{b, q, in.attend};
+    s.stats.real_tokens += in.real;
+    s.stats.padded_tokens += key.batch * key.query_len - in.real;
+    if (s.runner) return s.runner->run({ids, pos}, in.attend)[0];
+    return s.model.forward(ids, pos, *s.backend, in.attend, Logits::kLast);
+  }
+};
+
+void Scheduler::submit(Request request) {
+  State& s = *state_;
+  const std::string& id = request.id;
+  auto same = [&](const Active& a) { return a.request.id == id; };
+  try {
+    TORCH_CHECK(std::none_of(s.waiting.begin(), s.waiting.end(), same) &&
+                    std::none_of(s.table->rows().begin(), s.table->rows().end(), same),
+                "id: expected an id not already waiting or running but got '", id, "'");
+    s.waiting.push_back(
+        serving_detail::checked_request(std::move(request), s.model.config(), s.options.max_len));
+  } catch (const c10::Error&) {
+    ++s.stats.rejected;
+    throw;
+  }
+  ++s.stats.submitted;
+}
+
+namespace {
+
+void count(EngineStats& stats, Finish finish) {
+  ++(finish == Finish::kCancelled ? stats.cancelled : stats.completed);
+}
+
+}  // namespace
+
+bool Scheduler::cancel(const std::string& id) {
+  c10::InferenceMode inference;
+  State& s = *state_;
+  for (auto it = s.waiting.begin(); it != s.waiting.end(); ++it) {
+    if (it->request.id != id) continue;
+    s.finished.push_back(serving_detail::complete(*it, Finish::kCancelled, ServeClock::now()));
+    count(s.stats, Finish::kCancelled);
+    s.waiting.erase(it);
+    return true;
+  }
+  for (size_t r = 0; r < s.table->live(); ++r) {
+    if (s.table->rows()[r].request.id != id) continue;
+    s.finished.push_back(s.table->retire(r, Finish::kCancelled));
+    count(s.stats, Finish::kCancelled);
+    return true;
+  }
+  return false;
+}
+
+void Scheduler::step() {
+  c10::InferenceMode inference;
+  State& s = *state_;
+  RowTable& table = *s.table;
+  const auto admitted = ServeClock::now();
+  while (static_cast<int64_t>(table.live()) < s.options.max_batch && !s.waiting.empty()) {
+    Active a = std::move(s.waiting.front());
+    s.waiting.pop_front();
+    a.admitted = admitted;
+    table.admit(std::move(a));
+  }
+  if (table.live() == 0) return;
+  const size_t prefilling = table.prefilling();
+  const int64_t decoding = static_cast<int64_t>(table.live() - prefilling);
+  const std::vector<int64_t> fed =
+      allot(table, s.options.prefill_chunk, s.options.token_budget - decoding);
+  int64_t fed_rows = 0;  // one past the last prefilling row fed this step
+  for (size_t r = 0; r < fed.size(); ++r)
+    fed_rows = fed[r] > 0 ? static_cast<int64_t>(r) + 1 : fed_rows;
+
+  // The prefill call's logits are cloned: the decode call may use the same
+  // runner key (a 1-token chunk), whose outputs it would overwrite.
+  at::Tensor prefill, decode, prefill_greedy, decode_greedy;
+  if (fed_rows > 0) {
+    prefill = SchedulerSteps::run(s, pack_prefill(table, fed, fed_rows)).clone();
+    prefill_greedy = prefill.argmax(-1).cpu();
+  }
+  if (decoding > 0) {
+    decode = SchedulerSteps::run(s, pack_decode(table));
+    decode_greedy = decode.argmax(-1).cpu();
+  }
+  ++s.stats.steps;
+  s.stats.mixed_steps += fed_rows > 0 && decoding > 0 ? 1 : 0;
+  s.stats.row_steps += static_cast<int64_t>(table.live());
+
+  const auto now = ServeClock::now();
+  for (size_t r = 0; r < table.live(); ++r) {
+    Active& row = table.rows()[r];
+    const auto i = static_cast<int64_t>(r);
+    if (r < prefilling) {
+      row.prompt_done += fed[r];
+      if (fed[r] == 0 || !row.decoding()) continue;
+      accept(row, prefill[i], prefill_greedy[i].item<int64_t>(), now);
+    } else {
+      accept(row, decode[i], decode_greedy[i].item<int64_t>(), now);
+    }
+  }
+  table.regroup();
+  // Highest row first: a row moved into a hole is never one still to retire.
+  for (size_t r = table.live(); r-- > 0;) {
+    const std::optional<Finish> done = table.rows()[r].done;
+    if (!done) continue;
+    s.finished.push_back(table.retire(r, *done));
+    count(s.stats, *done);
+  }
+  s.stats.row_copies = table.row_copies();
+}
+
+void Scheduler::run_until_idle() {
+  while (!idle()) step();
+}
+
+bool Scheduler::idle() const { return state_->waiting.empty() && state_->table->live() == 0; }
+int64_t Scheduler::live_rows() const { return static_cast<int64_t>(state_->table->live()); }
+int64_t Scheduler::waiting() const { return static_cast<int64_t>(state_->waiting.size()); }
+
+std::vector<Completion> Scheduler::take_finished() {
+  std::vector<Completion> out;
+  out.swap(state_->finished);
+  return out;
+}
+
+void Scheduler::warm_up() {
+  c10::InferenceMode inference;
+  if (state_->runner) state_->runner->capture_all();
+}
+
+EngineStats Scheduler::stats() const {
+  EngineStats out = state_->stats;
+  out.row_copies = state_->table->row_copies();
+  if (state_->runner) out.runner = state_->runner->stats();
+  return out;
+}
+
+const SchedulerOptions& Scheduler::options() const { return state_->options; }
+const Cache& Scheduler::cache() const { return *state_->cache; }
+
+GraphKey Scheduler::key_for(int64_t b, int64_t q, int64_t attend_len) const {
+  TORCH_CHECK(state_->runner != nullptr, "key_for: expected a bucketed scheduler");
+  return state_->runner->key_for(b, q, attend_len);
+}
+
+}  // namespace statickv::reference

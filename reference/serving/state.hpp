@@ -1,0 +1,82 @@
+#pragma once
+// The Scheduler's private state, shared by scheduler.cpp (the step loop) and
+// requests.cpp (request checks, token picks, completions). Not installed.
+
+#include <statickv/cache.hpp>
+#include <statickv/reference/serving.hpp>
+
+#include <ATen/ATen.h>
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace statickv::reference::serving_detail {
+
+/// A request and what it has produced so far, waiting or in a cache row.
+struct Active {
+  Request request;
+  std::vector<int64_t> stop;  // resolved: the request's or the model's eos ids
+  int64_t prompt_done = 0;    // prompt tokens already in the cache
+  std::vector<int64_t> tokens;
+  at::Generator generator;  // sampling only
+  ServeClock::time_point arrival, admitted, first_token;
+  std::optional<Finish> done;  // set by the step that finished it
+
+  int64_t prompt_len() const { return static_cast<int64_t>(request.prompt.size()); }
+  bool decoding() const { return prompt_done == prompt_len(); }
+};
+
+/// One runner call's inputs: [b, q] ids and positions (host).
+struct CallInputs {
+  at::Tensor ids, positions;
+  int64_t attend = 1;  // one past the highest position fed
+  int64_t real = 0;    // real tokens
+};
+
+/// The cache rows of the live requests in two regions (Note [live rows are
+/// a prefix], docs/serving.md): [0, prefilling) prompts still being fed,
+/// [prefilling, live) decoding; every row past live is fresh. Row moves are
+/// in-place row operations of the cache (Invariant [stable addresses]).
+class RowTable {
+ public:
+  explicit RowTable(Cache& cache) : cache_(cache) {}
+
+  std::vector<Active>& rows() { return rows_; }
+  const std::vector<Active>& rows() const { return rows_; }
+  size_t live() const { return rows_.size(); }
+  size_t prefilling() const { return prefilling_; }
+  int64_t row_copies() const { return copies_; }
+
+  /// A new request takes row `prefilling` (the first decoding row, if any,
+  /// moves to row `live`, and the row it leaves is reset).
+  void admit(Active request);
+  /// Rows whose prompt is now complete leave the prefill region for the
+  /// decode region (one reorder of the prefill region, when needed).
+  void regroup();
+  /// Ends row r: the last row of its region fills the hole, and the last
+  /// live row fills the prefill region's hole; the vacated row is reset.
+  Completion retire(size_t r, Finish finish);
+
+ private:
+  void move_row(size_t from, size_t to);
+
+  Cache& cache_;
+  std::vector<Active> rows_;
+  size_t prefilling_ = 0;
+  int64_t copies_ = 0;
+};
+
+/// Checks a request against the model and the cache (throws c10::Error
+/// naming the field) and returns it ready to queue.
+Active checked_request(Request request, const ModelConfig& model, int64_t max_len);
+
+/// The next token of `row` from its logits [vocab] (float32): greedy ids
+/// are precomputed in `greedy`; sampling draws from the row's generator.
+int64_t pick_token(Active& row, const at::Tensor& logits, int64_t greedy);
+
+/// The completion of `row` finished for `finish` at `now`.
+Completion complete(Active& row, Finish finish, ServeClock::time_point now);
+
+}  // namespace statickv::reference::serving_detail
