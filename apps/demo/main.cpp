@@ -8,6 +8,7 @@
 
 #include <statickv/apps/compare.hpp>
 #include <statickv/apps/flags.hpp>
+#include <statickv/apps/model_flags.hpp>
 #include <statickv/reference/generate.hpp>
 
 #include <fmt/format.h>
@@ -72,12 +73,7 @@ void check_combinations(Options& o, const apps::Flags& flags) {
 Options parse(int argc, char** argv) {
   Options o;
   apps::Flags flags("statickv-demo", "the reference decoder through statickv's caches");
-  flags.add("--checkpoint DIR", &o.checkpoint,
-            "Hugging Face checkpoint (config.json + *.safetensors); default: --shape with seeded "
-            "random weights");
-  flags.add_choice("--shape NAME", &o.shape, named_config_names(),
-                   "named shape when no checkpoint: tiny (default), tiny-mistral, tiny-qwen2, "
-                   "smollm2-135m, llama-3.2-1b, llama-3.1-8b");
+  apps::add_model_flags(flags, &o.checkpoint, &o.shape);
   flags.add_device(&o.device);
   flags.add_dtype(&o.dtype, at::kBFloat16);
   flags.add_threads(&o.threads);

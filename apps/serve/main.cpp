@@ -6,6 +6,7 @@
 #include "server.hpp"
 
 #include <statickv/apps/flags.hpp>
+#include <statickv/apps/model_flags.hpp>
 #include <statickv/reference/checkpoint.hpp>
 #include <statickv/reference/serving.hpp>
 #ifdef STATICKV_SERVE_TOKENIZER
@@ -36,12 +37,7 @@ Options parse(int argc, char** argv) {
   apps::Flags flags("statickv-serve",
                     "continuous-batching server: JSON lines in (requests), one JSON line out per "
                     "finished request");
-  flags.add("--checkpoint DIR", &o.checkpoint,
-            "Hugging Face checkpoint (config.json + *.safetensors); default: --shape with seeded "
-            "random weights");
-  flags.add_choice("--shape NAME", &o.shape, named_config_names(),
-                   "named shape when no checkpoint: tiny (default), tiny-mistral, tiny-qwen2, "
-                   "llama-3.2-1b, llama-3.1-8b");
+  apps::add_model_flags(flags, &o.checkpoint, &o.shape);
   flags.add("--seed N", &o.seed, "random weights of --shape", /*min=*/0);
   flags.add_device(&o.device);
   flags.add_dtype(&o.dtype, at::kBFloat16);
