@@ -27,6 +27,7 @@
 #include <statickv/config.hpp>
 #include <statickv/layers.hpp>
 #include <statickv/mask.hpp>
+#include <statickv/row_state.hpp>
 #include <statickv/step.hpp>
 
 #include <ATen/ATen.h>
@@ -317,6 +318,54 @@ class Cache {
     check_rollback(host.to(config_.device));
     check_rollback_values(host);
     apply_rollback(host.to(config_.device));
+  }
+
+  /// Copies row `row`'s live slots to host tensors (prompt caching; see
+  /// RowState, Note [a restored row is the saved row]). Reads the row's seq_length on the host:
+  /// between steps only.
+  RowState save_row(int64_t row) const {
+    TORCH_CHECK(row >= 0 && row < config_.max_batch,
+                "row: expected a row in [0, max_batch=", config_.max_batch, ") but got ", row);
+    RowState state;
+    state.length = seq_lengths_[row].item<int64_t>();
+    const at::Device cpu(at::kCPU);
+    for (int64_t l = 0; l < config_.num_layers; ++l) {
+      const int64_t n = detail::row_state_slots(config_, l, state.length);
+      const auto i = static_cast<size_t>(l);
+      state.types.push_back(config_.layer_type(l));
+      state.positions.push_back(
+          group_of(l).slot_positions[row].narrow(0, 0, n).to(cpu, at::kLong, false, true));
+      state.keys.push_back(keys_[i][row].narrow(1, 0, n).to(cpu, config_.dtype, false, true));
+      state.values.push_back(values_[i][row].narrow(1, 0, n).to(cpu, config_.dtype, false, true));
+    }
+    return state;
+  }
+
+  /// Makes row `row` exactly the saved row: the rest of the row is cleared
+  /// as reset_rows clears it (Note [a reset row is a fresh row]), then the
+  /// saved slots are copied in. `state` must be on the cache's device
+  /// (RowState::to) and match the config (checked before anything is
+  /// written); the restore is then device copies whose shapes depend only on
+  /// the state, with no host read (graph-safe, Invariant [graph-safe step]).
+  void restore_row(const RowState& state, int64_t row) {
+    check_mutable("restore_row");
+    TORCH_CHECK(row >= 0 && row < config_.max_batch,
+                "row: expected a row in [0, max_batch=", config_.max_batch, ") but got ", row);
+    detail::check_row_state(state, config_);
+    generation_ = detail::next_generation();
+    for_each_row_tensor([&](at::Tensor& t, int64_t empty) { t[row].fill_(empty); });
+    std::vector<bool> group_done(groups_.size(), false);
+    for (int64_t l = 0; l < config_.num_layers; ++l) {
+      const auto i = static_cast<size_t>(l);
+      const int64_t n = state.keys[i].size(1);
+      keys_[i][row].narrow(1, 0, n).copy_(state.keys[i]);
+      values_[i][row].narrow(1, 0, n).copy_(state.values[i]);
+      const auto g = static_cast<size_t>((*layer_group_)[i]);
+      if (group_done[g]) continue;  // one layer type shares its positions
+      groups_[g].slot_positions[row].narrow(0, 0, n).copy_(state.positions[i]);
+      group_done[g] = true;
+    }
+    seq_lengths_.narrow(0, row, 1).fill_(state.length);
   }
 
   /// One past the highest position stored in each row: device int64 [max_batch].
