@@ -467,8 +467,9 @@ int main(int argc, char** argv) try {
   const GenerateResult main_run = timed(options, /*stream=*/run.text != nullptr);
   report(to_string(options.cache), main_run, rows);
   if (!o.load_prompt.empty()) {
-    fmt::print("prompt cache: restored {} tokens from {}, prefilled {}\n", main_run.restored_tokens,
-               o.load_prompt, main_run.prefilled_tokens);
+    fmt::print("prompt cache: restored {} tokens from {} in {:.2f} ms, prefilled {}\n",
+               main_run.restored_tokens, o.load_prompt, main_run.restore_seconds * 1e3,
+               main_run.prefilled_tokens);
   }
   bool agree = true;
   if (compare) {

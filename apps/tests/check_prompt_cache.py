@@ -43,8 +43,8 @@ def check(shape, demo, folder):
     for prompt, restored, prefilled in [(PREFIX + REST, 20, 10), (PREFIX, 19, 1)]:
         rc, plain, err = run(demo, shape, prompt)
         rc2, cached, err2 = run(demo, shape, prompt, "--load-prompt", path)
-        line = f"restored {restored} tokens from {path}, prefilled {prefilled}"
-        if rc != 0 or rc2 != 0 or line not in cached:
+        line = f"restored {restored} tokens from {path} in "
+        if rc != 0 or rc2 != 0 or line not in cached or f", prefilled {prefilled}\n" not in cached:
             failures.append(f"{shape}: expected '{line}' (rc {rc}, {rc2}): {cached}{err}{err2}")
         elif generated(cached) != generated(plain):
             failures.append(f"{shape}: ids differ: {generated(cached)} vs {generated(plain)}")

@@ -383,7 +383,11 @@ GenerateResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     AttentionBackend* backend = s.cache_backend.get();
     if (s.cache) {
       s.cache->reset_rows(at::arange(s.max_batch, at::TensorOptions().dtype(at::kLong)));
-      if (cached) result.restored_tokens = restore_prefix(*s.cache, *cached, lens[0]);
+      if (cached) {
+        const auto restore_start = Clock::now();
+        result.restored_tokens = restore_prefix(*s.cache, *cached, lens[0]);
+        result.restore_seconds = seconds_since(restore_start, s.model.device());
+      }
     } else {
       dynamic = std::make_unique<DynamicCache>(s.model.config(), s.options.kernel);
       backend = dynamic.get();

@@ -68,7 +68,8 @@ struct GenerateResult {
   int64_t cache_bytes = 0;       ///< static/hybrid: allocated; dynamic: held at the end
   int64_t restored_tokens = 0;   ///< generate_with_prompt_cache: prompt tokens restored
   int64_t prefilled_tokens = 0;  ///< prompt tokens prefilled (all of them without a cache file)
-  RunnerStats prefill_runner;    ///< bucketed runs only
+  double restore_seconds = 0;  ///< generate_with_prompt_cache: restoring the row (file read apart)
+  RunnerStats prefill_runner;  ///< bucketed runs only
   RunnerStats decode_runner;
 };
 
