@@ -310,6 +310,47 @@ TEST_CASE("every bad argument raises a named error and leaves the cache bit-iden
       {"reorder undefined",
        [](Cache& c, const StepPlan&) { c.reorder(at::Tensor()); },
        {"indices", "defined", "undefined"}},
+      // rollback (fill() and the planned step leave every row at seq_length 4)
+      {"rollback float",
+       [](Cache& c, const StepPlan&) { c.rollback(at::zeros({1})); },
+       {"new_lengths", "Long", "Float"}},
+      {"rollback rank 2",
+       [](Cache& c, const StepPlan&) {
+         c.rollback(at::zeros({1, 1}, i64()));
+       },
+       {"new_lengths", "[live_batch]", "[1, 1]"}},
+      {"rollback empty",
+       [](Cache& c, const StepPlan&) { c.rollback(at::zeros({0}, i64())); },
+       {"new_lengths", "between 1 and max_batch=3", "got 0"}},
+      {"rollback too many",
+       [](Cache& c, const StepPlan&) {
+         c.rollback(std::vector<int64_t>{1, 1, 1, 1});
+       },
+       {"new_lengths", "max_batch=3", "got 4"}},
+      {"rollback past seq_length",
+       [](Cache& c, const StepPlan&) {
+         c.rollback(positions({2, 5}));
+       },
+       {"new_lengths[1]", "[0, seq_length=4]", "got 5"}},
+      {"rollback negative (host form)",
+       [](Cache& c, const StepPlan&) { c.rollback(std::vector<int64_t>{kMin}); },
+       {"new_lengths[0]", "[0, seq_length=4]", "got -9223372036854775808"}},
+      {"rollback on meta",
+       [](Cache& c, const StepPlan&) { c.rollback(at::zeros({1}, on_meta(at::kLong))); },
+       {"new_lengths", "device cpu", "meta"}},
+      // row save/restore (state fit: tests/test_row_state.cpp)
+      {"save_row row past max_batch",
+       [](Cache& c, const StepPlan&) { c.save_row(3); },
+       {"row", "[0, max_batch=3)", "got 3"}},
+      {"restore_row row negative",
+       [](Cache& c, const StepPlan&) { c.restore_row(c.save_row(0), -1); },
+       {"row", "[0, max_batch=3)", "got -1"}},
+      {"restore_row state of no layers",
+       [](Cache& c, const StepPlan&) { c.restore_row(RowState{}, 0); },
+       {"state", "num_layers=2", "got 0, 0, 0 and 0"}},
+      {"rollback undefined",
+       [](Cache& c, const StepPlan&) { c.rollback(at::Tensor()); },
+       {"new_lengths", "defined", "undefined"}},
   };
 
   const std::vector<std::pair<const char*, std::vector<LayerType>>> layouts = {
@@ -357,6 +398,10 @@ TEST_CASE("a stale step is refused after prepare, reset and every row operation"
       {"reset_rows", [](Cache& c) { c.reset_rows(positions({1})); }},
       {"copy_row", [](Cache& c) { c.copy_row(0, 2); }},
       {"copy_row onto itself", [](Cache& c) { c.copy_row(1, 1); }},
+      {"rollback",
+       [](Cache& c) {
+         c.rollback(positions({2, 3, 4}));
+       }},
       {"reorder",
        [](Cache& c) {
          c.reorder(positions({2, 1, 0}));

@@ -7,6 +7,10 @@
 
 #include <statickv/reference/generate.hpp>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 using namespace statickv;
 using namespace statickv::reference;
 using namespace statickv::test;
@@ -334,4 +338,51 @@ TEST_CASE("on_token streams every generated token in order and marks each row's 
     CHECK(result.tokens[0].size() == 3);
     CHECK(result.tokens[0].back() == free_run[0][2]);
   }
+}
+
+TEST_CASE("a prompt restored from a prompt-cache file generates what prefilling it generates",
+          "[model][prompt_cache]") {
+  // Restore then decode equals prefill then decode: the file is written by
+  // one Generator and read by another, as two processes would.
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("statickv-test-prompt-" + std::to_string(::getpid()) + ".safetensors"))
+                               .string();
+  std::vector<int64_t> prefix;
+  for (int64_t t = 0; t < 20; ++t) prefix.push_back((t * 7 + 3) % 120);
+  std::vector<int64_t> prompt = prefix;
+  for (int64_t t : {5, 9, 11, 2, 40, 41, 42, 7, 7, 1}) prompt.push_back(t);
+  for (const std::string shape : {"tiny", "tiny-mistral"}) {
+    for (const bool bucketed : {true, false}) {
+      INFO(shape << (bucketed ? ", bucketed" : ", eager"));
+      const LlamaModel model = make_model(shape);
+      GenerateOptions options;
+      options.max_new_tokens = 12;
+      options.stop_at_eos = false;
+      options.bucketed = bucketed;
+      Generator saver(model, options, /*max_batch=*/2, /*max_len=*/64);
+      CHECK(saver.save_prompt(prefix, path, shape) == 20);
+      Generator session(model, options, /*max_batch=*/2, /*max_len=*/64);
+      const GenerateResult plain = session.generate({prompt});
+      const GenerateResult cached = session.generate_with_prompt_cache(prompt, path, 0, {}, shape);
+      CHECK(cached.restored_tokens == 20);
+      CHECK(cached.prefilled_tokens == 10);
+      CHECK(cached.tokens == plain.tokens);
+      // The whole prompt saved: all but its last token restored.
+      const GenerateResult whole = session.generate_with_prompt_cache(prefix, path, 0, {}, shape);
+      CHECK(whole.restored_tokens == 19);
+      CHECK(whole.tokens == session.generate({prefix}).tokens);
+      require_error(
+          [&] {
+            session.generate_with_prompt_cache({1, 2, 3}, path, 0, {}, shape);
+          },
+          {"at most the prompt's 3 ids", "got 20"});
+      std::vector<int64_t> other = prompt;
+      other[4] += 1;
+      require_error([&] { session.generate_with_prompt_cache(other, path, 0, {}, shape); },
+                    {"prefix of the prompt", "id 4"});
+      require_error([&] { session.generate_with_prompt_cache(prompt, path, 0, {}, "other"); },
+                    {"fingerprint model_id"});
+    }
+  }
+  std::filesystem::remove(path);
 }

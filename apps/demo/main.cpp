@@ -18,10 +18,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 using namespace statickv;
 using namespace statickv::reference;
@@ -31,6 +33,7 @@ namespace {
 
 struct Options {
   std::string checkpoint, shape = "tiny", device = "auto", dtype, cache, prompt_ids, json;
+  std::string save_prompt, load_prompt;  // prompt-cache files
   int threads = 0;
   int64_t batch = 4, prompt_len = 32, max_new_tokens = 32, top_k = 0, prefill_chunk = 0, seed = 0;
   double temperature = 0.0;
@@ -50,6 +53,18 @@ void check_combinations(Options& o, const apps::Flags& flags) {
   }
   if (!o.text.prompts_file.empty()) {  // read now: a bad file is refused before any work
     for (std::string& p : demo::read_prompts_file(o.text.prompts_file)) o.text.prompts.push_back(p);
+  }
+  for (const auto& [flag, file] :
+       {std::pair<const char*, const std::string&>{"--save-prompt", o.save_prompt},
+        {"--load-prompt", o.load_prompt}}) {
+    if (!file.empty() && o.cache == "dynamic") {
+      throw FlagError(
+          std::string(flag) +
+          ": expected a static or hybrid --cache (it saves a cache row) but got dynamic");
+    }
+  }
+  if (!o.load_prompt.empty() && !std::filesystem::is_regular_file(o.load_prompt)) {
+    throw FlagError("--load-prompt: expected an existing file but got '" + o.load_prompt + "'");
   }
   if (o.text.chat && !o.text.given()) {
     throw FlagError("--chat: expected --prompt or --prompts-file (it applies to text prompts)");
@@ -107,6 +122,12 @@ Options parse(int argc, char** argv) {
   flags.add_switch("--eager", &o.eager,
                    "run static/hybrid steps at their exact shapes (default: through "
                    "the bucketed GraphRunner, CUDA graphs on a GPU)");
+  flags.add_output_file("--save-prompt FILE", &o.save_prompt,
+                        "after the run, save the prompt's cache row there (one prompt only; "
+                        "a safetensors prompt-cache file)");
+  flags.add("--load-prompt FILE", &o.load_prompt,
+            "restore a --save-prompt file's row, whose ids must be a prefix of the prompt, and "
+            "prefill only the rest (one prompt only)");
   flags.add_switch("--no-compare", &o.no_compare, "skip the DynamicCache comparison run");
   flags.add_switch("--print-ids", &o.print_ids, "print each prompt's generated ids on a line");
   flags.add_switch("--ignore-eos", &o.ignore_eos,
@@ -373,6 +394,34 @@ void write_json(const std::string& path, const std::vector<std::vector<int64_t>>
   TORCH_CHECK(file.good(), "--json: could not write '", path, "'");
 }
 
+/// One session's runs: the warm-up, then the main run (streamed for text),
+/// through the prompt-cache file with --load-prompt; with --save-prompt the
+/// prompt's row is saved afterwards. `cached`: a static/hybrid session (the
+/// dynamic comparison run ignores both flags and checks the ids).
+GenerateResult run_session(const Options& o, const Loaded& run, Generator& session, bool cached,
+                           int64_t warm_tokens, bool stream) {
+  auto generate = [&](int64_t tokens, const TokenCallback& on_token) {
+    if (cached && !o.load_prompt.empty()) {
+      return session.generate_with_prompt_cache(run.prompts[0], o.load_prompt, tokens, on_token,
+                                                run.source);
+    }
+    return session.generate(run.prompts, tokens, on_token);
+  };
+  generate(warm_tokens, nullptr);
+  GenerateResult result;
+  if (stream) {
+    fmt::print("\n");
+    result = generate(0, run.text->printer(std::chrono::steady_clock::now()));
+  } else {
+    result = generate(0, nullptr);
+  }
+  if (cached && !o.save_prompt.empty()) {
+    const int64_t saved = session.save_prompt(run.prompts[0], o.save_prompt, run.source);
+    fmt::print("prompt cache: saved {} prompt tokens to {}\n", saved, o.save_prompt);
+  }
+  return result;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -381,6 +430,14 @@ int main(int argc, char** argv) try {
   const at::Device device = apps::parse_device(o.device);
   const at::ScalarType dtype = apps::parse_dtype(o.dtype, device, at::kBFloat16);
   const Loaded run = load(o, device, dtype);
+  for (const auto& [flag, file] :
+       {std::pair<const char*, const std::string&>{"--save-prompt", o.save_prompt},
+        {"--load-prompt", o.load_prompt}}) {
+    if (!file.empty() && run.prompts.size() != 1) {
+      throw FlagError(std::string(flag) + ": expected a single prompt but got " +
+                      std::to_string(run.prompts.size()));
+    }
+  }
   const bool compare = !o.no_compare && o.cache != "dynamic";
   const GenerateOptions options = generate_options(o, run.model->config(), compare);
 
@@ -401,13 +458,15 @@ int main(int argc, char** argv) try {
   const int64_t warm_tokens = run.text ? std::min<int64_t>(2, o.max_new_tokens) : 0;
   auto timed = [&](const GenerateOptions& opts, bool stream) {
     Generator session(*run.model, opts, rows, max_len);
-    session.generate(run.prompts, warm_tokens);
-    if (!stream) return session.generate(run.prompts);
-    fmt::print("\n");
-    return session.generate(run.prompts, 0, run.text->printer(std::chrono::steady_clock::now()));
+    return run_session(o, run, session, opts.cache != CacheKind::kDynamic, warm_tokens, stream);
   };
   const GenerateResult main_run = timed(options, /*stream=*/run.text != nullptr);
   report(to_string(options.cache), main_run, rows);
+  if (!o.load_prompt.empty()) {
+    fmt::print("prompt cache: restored {} tokens from {} in {:.2f} ms, prefilled {}\n",
+               main_run.restored_tokens, o.load_prompt, main_run.restore_seconds * 1e3,
+               main_run.prefilled_tokens);
+  }
   bool agree = true;
   if (compare) {
     GenerateOptions dyn = options;

@@ -27,6 +27,7 @@
 #include <statickv/config.hpp>
 #include <statickv/layers.hpp>
 #include <statickv/mask.hpp>
+#include <statickv/row_state.hpp>
 #include <statickv/step.hpp>
 
 #include <ATen/ATen.h>
@@ -288,6 +289,85 @@ class Cache {
         [&](at::Tensor& t, int64_t) { t.narrow(0, 0, n).copy_(t.index_select(0, index)); });
   }
 
+  /// Takes back the newest positions of rows 0..b-1 (speculative decoding's
+  /// rejected drafts): every position >= new_lengths[r] of row r is dropped,
+  /// and seq_lengths[r] becomes min(seq_lengths[r], new_lengths[r]).
+  /// new_lengths: int64 [b] on the cache's device, 1 <= b <= max_batch.
+  /// Dropped slots are cleared as reset_rows clears them (Note [a reset row
+  /// is a fresh row]): keys and values zeroed, slot positions -1, so a NaN
+  /// in a rejected draft reaches no later output. Graph-safe (Invariant
+  /// [graph-safe step]): a fixed sequence of device ops whose shapes depend
+  /// only on b. Like prepare(), it reads the values only when they are in
+  /// host memory and check_position_values is on; device-resident values are
+  /// routed instead (negative = 0; past seq_lengths = no change). A sliding
+  /// ring takes back exactly what Note [ring rollback] allows; the checked
+  /// forms refuse a deeper rollback.
+  void rollback(const at::Tensor& new_lengths) {
+    check_rollback(new_lengths);
+    if (config_.check_position_values && new_lengths.device().is_cpu()) {
+      check_rollback_values(new_lengths);
+    }
+    apply_rollback(new_lengths);
+  }
+
+  /// Host form of rollback(): new_lengths[r] for rows 0..n-1, always
+  /// checked (it reads seq_lengths and slot positions to the host, a sync,
+  /// so it is not for a captured step).
+  void rollback(const std::vector<int64_t>& new_lengths) {
+    const at::Tensor host = at::tensor(new_lengths, at::TensorOptions().dtype(at::kLong));
+    check_rollback(host.to(config_.device));
+    check_rollback_values(host);
+    apply_rollback(host.to(config_.device));
+  }
+
+  /// Copies row `row`'s live slots to host tensors (prompt caching; see
+  /// RowState, Note [a restored row is the saved row]). Reads the row's seq_length on the host:
+  /// between steps only.
+  RowState save_row(int64_t row) const {
+    TORCH_CHECK(row >= 0 && row < config_.max_batch,
+                "row: expected a row in [0, max_batch=", config_.max_batch, ") but got ", row);
+    RowState state;
+    state.length = seq_lengths_[row].item<int64_t>();
+    const at::Device cpu(at::kCPU);
+    for (int64_t l = 0; l < config_.num_layers; ++l) {
+      const int64_t n = detail::row_state_slots(config_, l, state.length);
+      const auto i = static_cast<size_t>(l);
+      state.types.push_back(config_.layer_type(l));
+      state.positions.push_back(
+          group_of(l).slot_positions[row].narrow(0, 0, n).to(cpu, at::kLong, false, true));
+      state.keys.push_back(keys_[i][row].narrow(1, 0, n).to(cpu, config_.dtype, false, true));
+      state.values.push_back(values_[i][row].narrow(1, 0, n).to(cpu, config_.dtype, false, true));
+    }
+    return state;
+  }
+
+  /// Makes row `row` exactly the saved row: the rest of the row is cleared
+  /// as reset_rows clears it (Note [a reset row is a fresh row]), then the
+  /// saved slots are copied in. `state` must be on the cache's device
+  /// (RowState::to) and match the config (checked before anything is
+  /// written); the restore is then device copies whose shapes depend only on
+  /// the state, with no host read (graph-safe, Invariant [graph-safe step]).
+  void restore_row(const RowState& state, int64_t row) {
+    check_mutable("restore_row");
+    TORCH_CHECK(row >= 0 && row < config_.max_batch,
+                "row: expected a row in [0, max_batch=", config_.max_batch, ") but got ", row);
+    detail::check_row_state(state, config_);
+    generation_ = detail::next_generation();
+    for_each_row_tensor([&](at::Tensor& t, int64_t empty) { t[row].fill_(empty); });
+    std::vector<bool> group_done(groups_.size(), false);
+    for (int64_t l = 0; l < config_.num_layers; ++l) {
+      const auto i = static_cast<size_t>(l);
+      const int64_t n = state.keys[i].size(1);
+      keys_[i][row].narrow(1, 0, n).copy_(state.keys[i]);
+      values_[i][row].narrow(1, 0, n).copy_(state.values[i]);
+      const auto g = static_cast<size_t>((*layer_group_)[i]);
+      if (group_done[g]) continue;  // one layer type shares its positions
+      groups_[g].slot_positions[row].narrow(0, 0, n).copy_(state.positions[i]);
+      group_done[g] = true;
+    }
+    seq_lengths_.narrow(0, row, 1).fill_(state.length);
+  }
+
   /// One past the highest position stored in each row: device int64 [max_batch].
   const at::Tensor& seq_lengths() const { return seq_lengths_; }
 
@@ -379,6 +459,71 @@ class Cache {
     for (auto& t : values_) fn(t, 0);
     for (auto& g : groups_) fn(g.slot_positions, -1);
     fn(seq_lengths_, 0);
+  }
+
+  void check_rollback(const at::Tensor& new_lengths) const {
+    check_mutable("rollback");
+    detail::check_tensor("new_lengths", new_lengths, at::kLong, config_.device);
+    detail::check_rank("new_lengths", new_lengths, 1, "[live_batch]");
+    TORCH_CHECK(new_lengths.numel() >= 1 && new_lengths.numel() <= config_.max_batch,
+                "new_lengths: expected between 1 and max_batch=", config_.max_batch,
+                " entries but got ", new_lengths.numel());
+  }
+
+  // Host-resident new lengths only: each in [0, seq_length], and, for a
+  // ring that can wrap, Note [ring rollback]: the window - 1 positions
+  // before the new length (the next query's window) must still be stored.
+  void check_rollback_values(const at::Tensor& new_lengths) const {
+    const at::Tensor host = new_lengths.contiguous();
+    const at::Tensor seq = seq_lengths_.to(at::kCPU);
+    const int64_t* v = host.data_ptr<int64_t>();
+    for (int64_t r = 0; r < host.numel(); ++r) {
+      const int64_t len = seq.data_ptr<int64_t>()[r];
+      TORCH_CHECK(v[r] >= 0 && v[r] <= len, "new_lengths[", r,
+                  "]: expected a length in [0, seq_length=", len, "] but got ", v[r]);
+    }
+    for (const LayerGroup& g : groups_) {
+      const int64_t window = g.policy->window();
+      const int64_t cap = g.policy->capacity();
+      if (window == 0 || cap >= config_.max_len) continue;  // never overwrites
+      const at::Tensor stored = g.slot_positions.to(at::kCPU);
+      auto acc = stored.accessor<int64_t, 2>();
+      for (int64_t r = 0; r < host.numel(); ++r) {
+        for (int64_t p = std::max<int64_t>(0, v[r] - window + 1); p < v[r]; ++p) {
+          TORCH_CHECK(acc[r][p % cap] == p, "new_lengths[", r, "]: expected a rollback a ",
+                      "sliding ring of capacity ", cap, " can take back exactly (at most ",
+                      "max_chunk=", config_.effective_max_chunk(), " positions past the newest ",
+                      "ever written; Note [ring rollback]) but got ", v[r], ", whose window ",
+                      "needs position ", p, ", already overwritten");
+        }
+      }
+    }
+  }
+
+  // Note [ring rollback]: drops every slot whose position is >= the row's
+  // new length, in every layer type, with masked fills (no host read). A
+  // full layer loses nothing else; a ring of window + max_chunk - 1 slots
+  // lost only positions outside every later query's window as long as the
+  // new length is at most max_chunk below the newest position ever written
+  // (any depth when the ring holds max_len), which check_rollback_values
+  // tests as "the next query's window is still stored".
+  void apply_rollback(const at::Tensor& new_lengths) {
+    const int64_t b = new_lengths.numel();
+    const at::Tensor keep = new_lengths.clamp_min(0).unsqueeze(1);  // [b, 1]
+    std::vector<at::Tensor> drop;                                   // per group [b, slots]
+    for (const LayerGroup& g : groups_) drop.push_back(g.slot_positions.narrow(0, 0, b).ge(keep));
+    generation_ = detail::next_generation();
+    for (size_t l = 0; l < keys_.size(); ++l) {
+      const at::Tensor& d = drop[static_cast<size_t>((*layer_group_)[l])];
+      const at::Tensor mask = d.view({b, 1, d.size(1), 1});
+      keys_[l].narrow(0, 0, b).masked_fill_(mask, 0);
+      values_[l].narrow(0, 0, b).masked_fill_(mask, 0);
+    }
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      groups_[g].slot_positions.narrow(0, 0, b).masked_fill_(drop[g], -1);
+    }
+    at::Tensor seq = seq_lengths_.narrow(0, 0, b);
+    at::minimum_out(seq, seq, keep.squeeze(1));
   }
 
   // Every check of prepare()'s arguments, before anything is computed.

@@ -116,7 +116,8 @@ struct CacheConfig {
   /// sliding_window + effective_max_chunk() - 1 slots. No position reaches max_len, so
   /// a ring never needs more than max_len slots (it then never wraps).
   /// (The window is clamped to max_len first: same result, no overflow for a
-  /// huge sliding_window.)
+  /// huge sliding_window.) Such a ring takes back (Cache::rollback) up to
+  /// max_chunk of its newest positions exactly: Note [ring rollback].
   int64_t sliding_capacity() const {
     return std::min(std::min(sliding_window, max_len) + effective_max_chunk() - 1, max_len);
   }

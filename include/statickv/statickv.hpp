@@ -8,5 +8,6 @@
 #include <statickv/graph_runner.hpp>
 #include <statickv/layers.hpp>
 #include <statickv/mask.hpp>
+#include <statickv/row_state.hpp>
 #include <statickv/step.hpp>
 #include <statickv/version.hpp>

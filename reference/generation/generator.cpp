@@ -2,6 +2,7 @@
 
 #include <statickv/cache.hpp>
 #include <statickv/reference/generate.hpp>
+#include <statickv/reference/prompt_cache.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
@@ -292,10 +293,10 @@ PrefillChunk pack_prefill_chunk(const std::vector<std::vector<int64_t>>& prompts
 /// pass returns each row's newest token's logits; a row's last prompt token
 /// is in the pass that reaches its length. Returns [b, vocab] on the device.
 at::Tensor prefill(const Call& call, const std::vector<std::vector<int64_t>>& prompts,
-                   const std::vector<int64_t>& lens, int64_t chunk) {
+                   const std::vector<int64_t>& lens, int64_t chunk, int64_t start = 0) {
   const int64_t longest = *std::max_element(lens.begin(), lens.end());
   at::Tensor last;
-  for (int64_t begin = 0; begin < longest; begin += chunk) {
+  for (int64_t begin = start; begin < longest; begin += chunk) {
     const int64_t q = std::min(chunk, longest - begin);
     const PrefillChunk in = pack_prefill_chunk(prompts, lens, begin, q);
     const at::Tensor out = call.forward(call.prefill_runner, in.ids, in.positions,
@@ -345,6 +346,28 @@ int64_t decode_n_tokens(Call& call, Rows& rows, const std::vector<int64_t>& lens
 
 GenerateResult Generator::generate(const std::vector<std::vector<int64_t>>& prompts,
                                    int64_t max_new_tokens, const TokenCallback& on_token) {
+  return run(prompts, max_new_tokens, on_token, nullptr);
+}
+
+namespace {
+
+/// Restores a prompt-cache file's row into row 0 (Note [a restored row is
+/// the saved row]) and returns how many prompt tokens it covers: all of
+/// them but the prompt's last, which is prefilled for the first logits
+/// (rollback takes back the one extra, Note [ring rollback]).
+int64_t restore_prefix(Cache& cache, const PromptCache& cached, int64_t prompt_len) {
+  const int64_t saved = static_cast<int64_t>(cached.ids.size());
+  cache.restore_row(cached.state.to(cache.config().device), 0);
+  const int64_t restored = std::min(saved, prompt_len - 1);
+  if (restored < saved) cache.rollback(std::vector<int64_t>{restored});
+  return restored;
+}
+
+}  // namespace
+
+GenerateResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
+                              int64_t max_new_tokens, const TokenCallback& on_token,
+                              const PromptCache* cached) {
   State& s = *state_;
   TORCH_CHECK(max_new_tokens >= 0, "max_new_tokens: expected >= 0 (0 = the session's ",
               s.options.max_new_tokens, ") but got ", max_new_tokens);
@@ -360,10 +383,17 @@ GenerateResult Generator::generate(const std::vector<std::vector<int64_t>>& prom
     AttentionBackend* backend = s.cache_backend.get();
     if (s.cache) {
       s.cache->reset_rows(at::arange(s.max_batch, at::TensorOptions().dtype(at::kLong)));
+      if (cached) {
+        const auto restore_start = Clock::now();
+        result.restored_tokens = restore_prefix(*s.cache, *cached, lens[0]);
+        result.restore_seconds = seconds_since(restore_start, s.model.device());
+      }
     } else {
       dynamic = std::make_unique<DynamicCache>(s.model.config(), s.options.kernel);
       backend = dynamic.get();
     }
+    for (const int64_t len : lens) result.prefilled_tokens += len;
+    result.prefilled_tokens -= result.restored_tokens;
     Call call{s.model,
               s.options,
               backend,
@@ -374,7 +404,7 @@ GenerateResult Generator::generate(const std::vector<std::vector<int64_t>>& prom
               on_token};
     const at::Device device = s.model.device();
     auto start = Clock::now();
-    call.accept(rows, prefill(call, prompts, lens, s.chunk));
+    call.accept(rows, prefill(call, prompts, lens, s.chunk, result.restored_tokens));
     result.prefill_seconds = seconds_since(start, device);
     start = Clock::now();
     result.decode_steps = decode_n_tokens(call, rows, lens);
@@ -389,6 +419,47 @@ GenerateResult Generator::generate(const std::vector<std::vector<int64_t>>& prom
   result.prefill_runner = prefill_stats();
   result.decode_runner = decode_stats();
   return result;
+}
+
+int64_t Generator::save_prompt(const std::vector<int64_t>& prompt, const std::string& path,
+                               const std::string& model_id) {
+  State& s = *state_;
+  TORCH_CHECK(s.cache, "save_prompt: expected a static or hybrid cache but got dynamic");
+  const std::vector<int64_t> lens =
+      check_prompts({prompt}, s.model.config().vocab_size, s.max_batch, s.max_len, 0);
+  c10::InferenceMode inference;
+  s.cache->reset_rows(at::arange(s.max_batch, at::TensorOptions().dtype(at::kLong)));
+  const TokenCallback no_callback;
+  const Call call{s.model,
+                  s.options,
+                  s.cache_backend.get(),
+                  s.prefill_runner.get(),
+                  s.decode_runner.get(),
+                  1,
+                  at::make_generator<at::CPUGeneratorImpl>(s.options.seed),
+                  no_callback};
+  prefill(call, {prompt}, lens, s.chunk);
+  write_prompt_cache(path, *s.cache, 0, prompt, model_id);
+  return lens[0];
+}
+
+GenerateResult Generator::generate_with_prompt_cache(const std::vector<int64_t>& prompt,
+                                                     const std::string& path,
+                                                     int64_t max_new_tokens,
+                                                     const TokenCallback& on_token,
+                                                     const std::string& model_id) {
+  State& s = *state_;
+  TORCH_CHECK(s.cache, "prompt cache: expected a static or hybrid cache but got dynamic");
+  const PromptCache cached = read_prompt_cache(path, s.cache->config(), model_id);
+  const size_t n = cached.ids.size();
+  TORCH_CHECK(n >= 1 && n <= prompt.size(), path, ": expected at most the prompt's ", prompt.size(),
+              " ids (a prefix of it) but got ", n);
+  for (size_t t = 0; t < n; ++t) {
+    TORCH_CHECK(cached.ids[t] == prompt[t], path, ": expected ids that are a prefix of the prompt",
+                " but id ", t, " is ", cached.ids[t], " in the file and ", prompt[t],
+                " in the prompt");
+  }
+  return run({prompt}, max_new_tokens, on_token, &cached);
 }
 
 }  // namespace statickv::reference

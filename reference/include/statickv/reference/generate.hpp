@@ -29,6 +29,8 @@ const char* to_string(CacheKind kind);
 /// Generator.
 using TokenCallback = std::function<void(int64_t row, int64_t token, bool last)>;
 
+struct PromptCache;  // prompt_cache.hpp
+
 struct GenerateOptions {
   int64_t max_new_tokens = 16;
   CacheKind cache = CacheKind::kHybrid;
@@ -63,7 +65,10 @@ struct GenerateResult {
   double prefill_seconds = 0;      ///< prompt passes and the first token: time to first token
   double decode_seconds = 0;       ///< every later token
   int64_t decode_steps = 0;
-  int64_t cache_bytes = 0;     ///< static/hybrid: allocated; dynamic: held at the end
+  int64_t cache_bytes = 0;       ///< static/hybrid: allocated; dynamic: held at the end
+  int64_t restored_tokens = 0;   ///< generate_with_prompt_cache: prompt tokens restored
+  int64_t prefilled_tokens = 0;  ///< prompt tokens prefilled (all of them without a cache file)
+  double restore_seconds = 0;  ///< generate_with_prompt_cache: restoring the row (file read apart)
   RunnerStats prefill_runner;  ///< bucketed runs only
   RunnerStats decode_runner;
 };
@@ -94,6 +99,22 @@ class Generator {
   GenerateResult generate(const std::vector<std::vector<int64_t>>& prompts,
                           int64_t max_new_tokens = 0, const TokenCallback& on_token = nullptr);
 
+  /// Prompt caching (prompt_cache.hpp; static/hybrid caches): prefills
+  /// `prompt` alone in row 0 and saves that row, its ids and the cache's
+  /// fingerprint (with `model_id`) to `path`. Returns the tokens saved.
+  int64_t save_prompt(const std::vector<int64_t>& prompt, const std::string& path,
+                      const std::string& model_id = "");
+
+  /// generate() of one prompt whose prefix a save_prompt wrote to `path`:
+  /// the saved row is restored into row 0 and only the rest of the prompt is
+  /// prefilled (at least its last token, for the first logits). Refuses a
+  /// file whose ids are not a prefix of `prompt`, or whose fingerprint
+  /// differs, before anything runs. The ids equal generate({prompt})'s.
+  GenerateResult generate_with_prompt_cache(const std::vector<int64_t>& prompt,
+                                            const std::string& path, int64_t max_new_tokens = 0,
+                                            const TokenCallback& on_token = nullptr,
+                                            const std::string& model_id = "");
+
   /// True when the runners replay CUDA graphs.
   bool uses_graphs() const;
   /// The session's runner statistics so far (empty without bucketing).
@@ -102,6 +123,8 @@ class Generator {
 
  private:
   struct State;
+  GenerateResult run(const std::vector<std::vector<int64_t>>& prompts, int64_t max_new_tokens,
+                     const TokenCallback& on_token, const PromptCache* cached);
   std::unique_ptr<State> state_;
 };
 
