@@ -270,7 +270,8 @@ class Cache {
   /// the error attend(..., kVarlen) raises otherwise); nullptr when it can.
   const char* varlen_refusal(int64_t layer, const at::Tensor& query) const {
     check_layer(layer);
-    if (group_of(layer).policy->window() > 0) return "a sliding-window layer (rings take the masked path)";
+    if (group_of(layer).policy->window() > 0)
+      return "a sliding-window layer (rings take the masked path)";
     if (!config_.device.is_cuda()) return "a cache on the CPU (the kernel is CUDA only)";
     if (query.scalar_type() != at::kHalf && query.scalar_type() != at::kBFloat16) {
       return "a dtype other than Half or BFloat16";
@@ -294,8 +295,10 @@ class Cache {
                                  const StepPlan& step,
                                  KvLayout layout = detail::kDefaultKvLayout) const {
     check_attend(layer, query, kv, step);
-    TORCH_CHECK(group_of(layer).policy->window() == 0, "layer: expected a full-attention layer "
-                "for the varlen path but got layer ", layer, ", a sliding-window layer");
+    TORCH_CHECK(group_of(layer).policy->window() == 0,
+                "layer: expected a full-attention layer "
+                "for the varlen path but got layer ",
+                layer, ", a sliding-window layer");
     const detail::VarlenRows& rows = step.varlen_rows(layer);
     detail::VarlenArgs args;
     args.query = detail::varlen_query(query, rows);
@@ -425,27 +428,25 @@ class Cache {
     const int64_t b = step.live_batch_;
     detail::check_tensor("query", query, config_.dtype, config_.device);
     detail::check_rank("query", query, 4, "[live_batch, heads, q, head_dim]");
-    TORCH_CHECK(query.size(0) == b && query.size(2) == step.query_len_ &&
-                    query.size(3) == config_.head_dim,
-                "query: expected shape [live_batch, heads, q, head_dim] = [", b, ", heads, ",
-                step.query_len_, ", ", config_.head_dim, "] but got ", query.sizes());
+    TORCH_CHECK(
+        query.size(0) == b && query.size(2) == step.query_len_ && query.size(3) == config_.head_dim,
+        "query: expected shape [live_batch, heads, q, head_dim] = [", b, ", heads, ",
+        step.query_len_, ", ", config_.head_dim, "] but got ", query.sizes());
     TORCH_CHECK(query.size(1) >= 1 && query.size(1) % config_.num_kv_heads == 0,
                 "query: expected heads to be a multiple of kv_heads=", config_.num_kv_heads,
                 " but got ", query.size(1));
     const std::vector<int64_t> shape = {b, config_.num_kv_heads, step.view_len(layer),
                                         config_.head_dim};
-    for (const auto& [name, view, buffer] :
-         {std::make_tuple("kv.keys", kv.keys, keys_[l]),
-          std::make_tuple("kv.values", kv.values, values_[l])}) {
+    for (const auto& [name, view, buffer] : {std::make_tuple("kv.keys", kv.keys, keys_[l]),
+                                             std::make_tuple("kv.values", kv.values, values_[l])}) {
       TORCH_CHECK(view.defined() && view.is_alias_of(buffer) &&
                       view.sizes() == at::IntArrayRef(shape) &&
                       view.strides() == buffer.strides() &&
                       view.storage_offset() == buffer.storage_offset(),
                   name, ": expected the view update(", layer, ", ...) returned for this step, ",
                   at::IntArrayRef(shape), " over layer ", layer, "'s buffer, but got ",
-                  detail::shape_of(view), view.defined() && !view.is_alias_of(buffer)
-                                              ? " not a view of that buffer"
-                                              : "");
+                  detail::shape_of(view),
+                  view.defined() && !view.is_alias_of(buffer) ? " not a view of that buffer" : "");
     }
   }
 

@@ -97,14 +97,14 @@ inline VarlenRows varlen_rows(const at::Tensor& sane, int64_t b, int64_t view_le
 /// Everything one at::_flash_attention_forward call of the varlen path takes,
 /// plus what unpack_varlen needs to give back [b, heads, q, head_dim].
 struct VarlenArgs {
-  at::Tensor query;                         ///< [total_q, heads, head_dim], packed
-  at::Tensor keys, values;                  ///< [total_k, kv_heads, head_dim]
-  at::Tensor cum_seq_q, cum_seq_k;          ///< int32 [b + 1]
-  at::Tensor seqused_k;                     ///< int32 [b]
-  int64_t max_q = 0, max_k = 0;             ///< bounds: q, and the view length
-  bool causal = false;                      ///< q > 1
-  at::Tensor order, padded;                 ///< VarlenRows' (q > 1 only)
-  int64_t batch = 0, query_len = 0;         ///< b, q of the unpacked output
+  at::Tensor query;                  ///< [total_q, heads, head_dim], packed
+  at::Tensor keys, values;           ///< [total_k, kv_heads, head_dim]
+  at::Tensor cum_seq_q, cum_seq_k;   ///< int32 [b + 1]
+  at::Tensor seqused_k;              ///< int32 [b]
+  int64_t max_q = 0, max_k = 0;      ///< bounds: q, and the view length
+  bool causal = false;               ///< q > 1
+  at::Tensor order, padded;          ///< VarlenRows' (q > 1 only)
+  int64_t batch = 0, query_len = 0;  ///< b, q of the unpacked output
   KvLayout layout = KvLayout::kStridedView;
 };
 
