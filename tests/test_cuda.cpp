@@ -1,5 +1,8 @@
 // [cuda] tests: the cache on a GPU, eagerly and captured in a CUDA graph.
-// Built whenever LibTorch has CUDA; run where a device exists.
+// Built whenever LibTorch has CUDA; run where a device exists. [memcheck]
+// marks the small eager ones (max_len <= 256) that benchmarks/gpu/run_gpu.sh
+// also runs under compute-sanitizer memcheck with the caching allocator off
+// (captures need the allocator's pools, so graph tests are not among them).
 
 #include "support.hpp"
 
@@ -28,7 +31,7 @@ at::TensorOptions on_gpu(at::ScalarType dtype) {
 
 }  // namespace
 
-TEST_CASE("on CUDA, decode through the cache equals recomputation", "[cuda]") {
+TEST_CASE("on CUDA, decode through the cache equals recomputation", "[cuda][memcheck]") {
   for (at::ScalarType dtype : {at::kFloat, at::kHalf, at::kBFloat16}) {
     at::manual_seed(1);
     const int64_t b = 3, total = 40, prefill = 9;
@@ -126,7 +129,8 @@ TEST_CASE("a decode step captured once in a CUDA graph replays for every positio
   }
 }
 
-TEST_CASE("on CUDA, padded queries give finite outputs and leave live rows intact", "[cuda]") {
+TEST_CASE("on CUDA, padded queries give finite outputs and leave live rows intact",
+          "[cuda][memcheck]") {
   HybridCache cache(gpu_config(/*max_batch=*/2, /*max_len=*/16, at::kHalf));
   const at::Tensor kv = at::randn({2, 2, 4, 64}, on_gpu(at::kHalf));
   StepPlan step = cache.prepare(at::arange(4, on_gpu(at::kLong)), 2);
@@ -300,7 +304,7 @@ int64_t kernel_nodes(at::cuda::CUDAGraph& graph) {
 }  // namespace
 
 TEST_CASE("on CUDA, attend's varlen path equals the masked path in fp16 and bf16",
-          "[cuda][attend]") {
+          "[cuda][attend][memcheck]") {
   for (at::ScalarType dtype : {at::kHalf, at::kBFloat16}) {
     at::manual_seed(7);
     const int64_t max_len = 256;
