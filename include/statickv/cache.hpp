@@ -87,7 +87,7 @@ enum class PreparePoint {
   kBeforeBookkeeping,   ///< slots planned, nothing written yet
   kAfterSeqLengths,     ///< seq_lengths advanced
   kAfterSlotPositions,  ///< a layer type's slot_positions written
-  kAfterMasks,          ///< every mask made, generation not yet advanced
+  kAfterMasks,  ///< the step planned (masks too with eager_masks), generation not yet advanced
 };
 
 /// Test-only fault injection: when set, prepare() calls it at each
