@@ -9,4 +9,5 @@
 #include <statickv/layers.hpp>
 #include <statickv/mask.hpp>
 #include <statickv/step.hpp>
+#include <statickv/varlen.hpp>
 #include <statickv/version.hpp>
