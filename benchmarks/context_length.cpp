@@ -18,6 +18,19 @@
 //                per-call bool-to-float mask conversion alone
 //   sk-bool      statickv passing the step's bool mask to every layer's
 //                sdpa instead of the additive one
+// and the cache's own entry point, Cache::attend (Note [attention paths]):
+//   attend       attend_len = the real length; on CUDA in fp16/bf16 the
+//                mask-free varlen path (each row reads its own keys), else
+//                the masked path
+//   attend-max   the same with attend_len = max_len: the varlen path's cost
+//                should follow the row's length, not the view's
+// A ragged variant then decodes 16 rows at once whose lengths spread over
+// 128 .. max_len (geometrically): ideal (per row, sdpa over exactly its
+// keys), masked (sdpa with the additive mask, attend_len = the longest row)
+// and attend (attend_len = max_len). The JSON summary: decode_vs_ideal_max
+// (attend's worst median ratio), decode_vs_ideal_max_upto_4096,
+// ragged_vs_ideal, and kernels_per_decode_step (CUDA graph kernel nodes of
+// one captured step with --graphs on CUDA, else ATen ops per eager step).
 // All variants run under c10::InferenceMode, as inference code should.
 //
 // With --graphs on CUDA, ideal, statickv and hf-static steps are captured
@@ -30,8 +43,18 @@
 
 #include "bench_util.hpp"
 
+#include <ATen/record_function.h>
 #include <fmt/format.h>
 
+#ifdef STATICKV_HAS_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 
@@ -51,6 +74,166 @@ struct Options {
 // A step that takes the new token's position [1] (device int64) and returns
 // the last layer's attention output [1, heads, 1, head_dim].
 using StepFn = std::function<at::Tensor(const at::Tensor&)>;
+
+int64_t& op_count() {
+  static thread_local int64_t count = 0;
+  return count;
+}
+
+// ATen ops one call of `step` dispatches (RecordFunction, the profiler's hook).
+int64_t aten_ops(const std::function<void()>& step) {
+  op_count() = 0;
+  const at::CallbackHandle handle = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(
+          [](const at::RecordFunction&) -> std::unique_ptr<at::ObserverContext> {
+            ++op_count();
+            return nullptr;
+          })
+          .needsInputs(false)
+          .scopes({at::RecordScope::FUNCTION}));
+  step();
+  at::removeCallback(handle);
+  return op_count();
+}
+
+// Kernel nodes of one captured call of `step` on CUDA (cudaGraphGetNodes),
+// or ATen ops of one eager call elsewhere.
+int64_t kernels_per_step(const std::function<void()>& step, const at::Device& device, bool graphs) {
+#ifdef STATICKV_HAS_CUDA
+  if (graphs && device.is_cuda()) {
+    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+    c10::cuda::CUDAStreamGuard guard(side);
+    step();  // warm-up outside the capture
+    side.synchronize();
+    at::cuda::CUDAGraph graph(/*keep_graph=*/true);
+    graph.capture_begin();
+    step();
+    graph.capture_end();
+    size_t count = 0;
+    cudaGraphGetNodes(graph.raw_cuda_graph(), nullptr, &count);
+    std::vector<cudaGraphNode_t> nodes(count);
+    cudaGraphGetNodes(graph.raw_cuda_graph(), nodes.data(), &count);
+    int64_t kernels = 0;
+    for (cudaGraphNode_t node : nodes) {
+      cudaGraphNodeType type;
+      cudaGraphNodeGetType(node, &type);
+      kernels += type == cudaGraphNodeTypeKernel ? 1 : 0;
+    }
+    return kernels;
+  }
+#endif
+  (void)device;
+  (void)graphs;
+  return aten_ops(step);
+}
+
+// Wraps a step in a GraphRunner (captured once, replayed) when `graphs`,
+// else runs it eagerly; `pos` is the step's position input.
+Variant make_variant(const std::string& name, const StepFn& fn, const at::Tensor& pos, int64_t pad,
+                     const at::Device& device, bool graphs,
+                     std::vector<std::unique_ptr<GraphRunner>>& runners) {
+  if (!graphs) return {name, [fn, pos] { fn(pos); }};
+  GraphRunner::Options ro;
+  ro.device = device;
+  ro.batch_buckets = ShapeBuckets::of({pos.size(0)});
+  ro.query_buckets = ShapeBuckets::of({1});
+  auto runner = std::make_unique<GraphRunner>(
+      // Padding (what capture warm-ups run on) is the step's own position:
+      // the ideal steps' index_copy_ has no scratch slot.
+      std::vector<InputSpec>{{"position", at::kLong, {}, pad}},
+      [fn](const std::vector<at::Tensor>& in, const GraphKey&) {
+        return std::vector<at::Tensor>{fn(in[0]).transpose(1, 2)};
+      },
+      ro);
+  GraphRunner* r = runner.get();
+  runners.push_back(std::move(runner));
+  return {name, [r, pos] { r->run({pos}); }};
+}
+
+struct RaggedResult {
+  Stats masked, attend;
+  double ideal_ms = 0;
+  std::vector<int64_t> lengths;
+};
+
+// 16 rows decoding at once, lengths spread geometrically over 128..max_len.
+RaggedResult measure_ragged(const Options& o, const at::Device& device, at::ScalarType dtype,
+                            bool graphs) {
+  const auto opts = at::TensorOptions().dtype(dtype).device(device);
+  const int64_t rows = 16, L = o.stack.layers, H = o.stack.kv_heads, D = o.stack.head_dim;
+  const int64_t lo = std::min<int64_t>(128, o.max_len / 2), hi = o.max_len - 1;
+  RaggedResult result;
+  std::vector<int64_t> last;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double f = static_cast<double>(r) / (rows - 1);
+    result.lengths.push_back(
+        std::max<int64_t>(2, std::llround(lo * std::pow(static_cast<double>(hi) / lo, f))));
+    last.push_back(result.lengths.back() - 1);
+  }
+  CacheConfig config;
+  config.num_layers = L;
+  config.num_kv_heads = H;
+  config.head_dim = D;
+  config.max_batch = rows;
+  config.max_len = o.max_len;
+  config.dtype = dtype;
+  config.device = device;
+  StaticCache cache(config);
+  const at::Tensor arange = at::arange(hi, opts.dtype(at::kLong));
+  const at::Tensor len_t = at::tensor(result.lengths, at::kLong).to(device).view({rows, 1});
+  {
+    StepPlan fill = cache.prepare(at::where(arange.view({1, hi}).lt(len_t), arange, -1), rows);
+    for (int64_t l = 0; l < L; ++l) {
+      const at::Tensor kv = at::randn({rows, H, hi, D}, opts);
+      cache.update(l, kv, kv, fill);
+    }
+  }
+  const at::Tensor pos = len_t.sub(1);  // [16, 1]: each row rewrites its newest token
+  const at::Tensor q = at::randn({rows, o.stack.heads, 1, D}, opts);
+  const at::Tensor k = at::randn({rows, H, 1, D}, opts);
+  std::vector<at::Tensor> ideal_k;  // per layer and row: contiguous [1, H, len, D]
+  for (int64_t l = 0; l < L; ++l) {
+    for (int64_t r = 0; r < rows; ++r) {
+      ideal_k.push_back(cache.keys(l).narrow(0, r, 1).narrow(2, 0, result.lengths[r]).clone());
+    }
+  }
+  const at::Tensor ideal_out = at::empty({rows, o.stack.heads, 1, D}, opts);
+  const StepFn ideal = [&](const at::Tensor&) {
+    for (int64_t l = 0; l < L; ++l) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const at::Tensor& kk = ideal_k[static_cast<size_t>(l * rows + r)];
+        kk.narrow(2, last[r], 1).copy_(k.narrow(0, r, 1));
+        const at::Tensor out = at::scaled_dot_product_attention(
+            q.narrow(0, r, 1), kk, kk, {}, 0.0, false, std::nullopt, /*enable_gqa=*/true);
+        if (l == L - 1) ideal_out.narrow(0, r, 1).copy_(out);  // the step's [16, ...] output
+      }
+    }
+    return ideal_out;
+  };
+  const int64_t longest = result.lengths.back();
+  auto cached = [&](int64_t attend, AttentionPath path) -> StepFn {
+    return [&, attend, path](const at::Tensor& p) {
+      StepPlan step = cache.prepare(p, rows, attend);
+      at::Tensor out;
+      for (int64_t l = 0; l < L; ++l)
+        out = cache.attend(l, q, cache.update(l, k, k, step), step, path);
+      return out;
+    };
+  };
+  std::vector<std::unique_ptr<GraphRunner>> runners;
+  const int64_t pad = -1;  // capture warm-ups: padding rows write only the scratch slot
+  const std::vector<Variant> variants = {
+      make_variant("ideal", ideal, pos, pad, device, graphs, runners),
+      make_variant("masked", cached(longest, AttentionPath::kMasked), pos, pad, device, graphs,
+                   runners),
+      make_variant("attend", cached(o.max_len, AttentionPath::kAuto), pos, pad, device, graphs,
+                   runners)};
+  const std::vector<Stats> stats = measure_interleaved(variants, device, o.rounds, o.calls, 2);
+  result.ideal_ms = stats[0].median * 1e3;
+  result.masked = paired_ratio(stats[1], stats[0]);
+  result.attend = paired_ratio(stats[2], stats[0]);
+  return result;
+}
 
 }  // namespace
 
@@ -144,6 +327,14 @@ int main(int argc, char** argv) try {
       return out;
     };
   };
+  auto attend_step = [&](int64_t attend) -> StepFn {
+    return [&, attend](const at::Tensor& pos) {
+      StepPlan step = cache.prepare(pos, 1, attend);
+      at::Tensor out;
+      for (int64_t l = 0; l < L; ++l) out = cache.attend(l, q, cache.update(l, k, v, step), step);
+      return out;
+    };
+  };
   auto cache_step = [&](int64_t attend, bool bool_mask = false) -> StepFn {
     return [&, attend, bool_mask](const at::Tensor& pos) {
       StepPlan step = cache.prepare(pos, 1, attend);
@@ -164,11 +355,15 @@ int main(int argc, char** argv) try {
   fmt::print("{} interleaved rounds x {} steps per variant and length, {} CPU threads\n\n",
              o.rounds, o.calls, at::get_num_threads());
   fmt::print("ratios to the ideal, median [p10, p90] of paired rounds\n");
-  fmt::print("{:>7} {:>9} {:>19} {:>19} {:>19} {:>19} {:>19}\n", "context", "ideal ms", "statickv",
-             "hf-static", "dynamic (cat)", "ideal+mask", "sk-bool");
+  fmt::print("attend: Cache::attend, {} path (attend-max: attend_len = max_len)\n",
+             cache.attention_path(0, q) == AttentionPath::kVarlen ? "varlen" : "masked");
+  fmt::print("{:>7} {:>9} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19}\n", "context",
+             "ideal ms", "statickv", "hf-static", "dynamic (cat)", "ideal+mask", "sk-bool",
+             "attend", "attend-max");
 
   Json rows = Json::array();
   bool all_ok = true;
+  double worst_attend = 0, worst_attend_4096 = 0;
   for (int64_t len : contexts) {
     const at::Tensor pos = at::full({1}, len - 1, long_opts);
     // dynamic: the past (len - 1 tokens) as its own contiguous tensors.
@@ -193,7 +388,9 @@ int main(int argc, char** argv) try {
         {"hf-static", cache_step(o.max_len)},
         {"dynamic", dynamic_step},
         {"ideal+mask", ideal_masked_step(len)},
-        {"sk-bool", cache_step(len, /*bool_mask=*/true)}};
+        {"sk-bool", cache_step(len, /*bool_mask=*/true)},
+        {"attend", attend_step(len)},
+        {"attend-max", attend_step(o.max_len)}};
 
     std::vector<std::unique_ptr<GraphRunner>> runners;
     std::vector<Variant> variants;
@@ -224,14 +421,18 @@ int main(int argc, char** argv) try {
     const Stats dyn = paired_ratio(stats[3], stats[0]);
     const Stats masked = paired_ratio(stats[4], stats[0]);
     const Stats bool_mask = paired_ratio(stats[5], stats[0]);
+    const Stats att = paired_ratio(stats[6], stats[0]);
+    const Stats att_max = paired_ratio(stats[7], stats[0]);
+    worst_attend = std::max(worst_attend, att.median);
+    if (len <= 4096) worst_attend_4096 = std::max(worst_attend_4096, att.median);
     const bool ok = sk.median <= 1.15;
     all_ok = all_ok && ok;
     auto cell = [](const Stats& r) {
       return fmt::format("{:.2f} [{:.2f}, {:.2f}]", r.median, r.p10, r.p90);
     };
-    fmt::print("{:>7} {:>9.3f} {:>19} {:>19} {:>19} {:>19} {:>19}{}\n", len, stats[0].median * 1e3,
-               cell(sk), cell(hf), cell(dyn), cell(masked), cell(bool_mask),
-               ok ? "" : "  ABOVE TARGET");
+    fmt::print("{:>7} {:>9.3f} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19}{}\n", len,
+               stats[0].median * 1e3, cell(sk), cell(hf), cell(dyn), cell(masked), cell(bool_mask),
+               cell(att), cell(att_max), ok ? "" : "  ABOVE TARGET");
     Json row = Json::object({{"context", len}});
     for (size_t i = 0; i < steps.size(); ++i) row[steps[i].first + "_s"] = to_json(stats[i]);
     row["statickv_ratio"] = to_json(sk);
@@ -239,23 +440,57 @@ int main(int argc, char** argv) try {
     row["dynamic_ratio"] = to_json(dyn);
     row["ideal_mask_ratio"] = to_json(masked);
     row["bool_mask_ratio"] = to_json(bool_mask);
+    row["attend_ratio"] = to_json(att);
+    row["attend_max_ratio"] = to_json(att_max);
     rows.push_back(row);
   }
   fmt::print("\nstatickv <= 1.15x the ideal at every length: {}\n", all_ok ? "yes" : "NO");
+  fmt::print("attend: worst median ratio {:.3f} (up to 4096 tokens: {:.3f})\n", worst_attend,
+             worst_attend_4096);
 
-  write_json(o.json, Json::object({{"benchmark", "context_length"},
-                                   {"command", command_line(argc, argv)},
-                                   {"environment", environment(device)},
-                                   {"dtype", dtype_name(dtype)},
-                                   {"layers", L},
-                                   {"heads", o.stack.heads},
-                                   {"kv_heads", o.stack.kv_heads},
-                                   {"head_dim", o.stack.head_dim},
-                                   {"max_len", o.max_len},
-                                   {"graphs", graphs},
-                                   {"rounds", o.rounds},
-                                   {"calls", o.calls},
-                                   {"rows", rows}}));
+  // Kernels (graph nodes on CUDA) or ATen ops (elsewhere) of one decode step.
+  const at::Tensor last_pos = at::full({1}, contexts.back() - 1, long_opts);
+  const int64_t masked_kernels =
+      kernels_per_step([&] { cache_step(contexts.back())(last_pos); }, device, graphs);
+  const int64_t attend_kernels =
+      kernels_per_step([&] { attend_step(contexts.back())(last_pos); }, device, graphs);
+  const std::string unit = graphs ? "CUDA graph kernel nodes" : "ATen ops";
+  fmt::print("{} per decode step ({} layers): masked {}, attend {}\n", unit, L, masked_kernels,
+             attend_kernels);
+
+  const RaggedResult ragged = measure_ragged(o, device, dtype, graphs);
+  fmt::print(
+      "\nragged: 16 rows, lengths {}..{}; ideal {:.3f} ms; masked {:.2f} [{:.2f}, {:.2f}], "
+      "attend {:.2f} [{:.2f}, {:.2f}]\n",
+      ragged.lengths.front(), ragged.lengths.back(), ragged.ideal_ms, ragged.masked.median,
+      ragged.masked.p10, ragged.masked.p90, ragged.attend.median, ragged.attend.p10,
+      ragged.attend.p90);
+
+  write_json(
+      o.json,
+      Json::object({{"benchmark", "context_length"},
+                    {"command", command_line(argc, argv)},
+                    {"environment", environment(device)},
+                    {"dtype", dtype_name(dtype)},
+                    {"layers", L},
+                    {"heads", o.stack.heads},
+                    {"kv_heads", o.stack.kv_heads},
+                    {"head_dim", o.stack.head_dim},
+                    {"max_len", o.max_len},
+                    {"graphs", graphs},
+                    {"rounds", o.rounds},
+                    {"calls", o.calls},
+                    {"rows", rows},
+                    {"attend_path",
+                     cache.attention_path(0, q) == AttentionPath::kVarlen ? "varlen" : "masked"},
+                    {"decode_vs_ideal_max", worst_attend},
+                    {"decode_vs_ideal_max_upto_4096", worst_attend_4096},
+                    {"ragged_vs_ideal", ragged.attend.median},
+                    {"ragged_masked_vs_ideal", ragged.masked.median},
+                    {"ragged_lengths", ragged.lengths},
+                    {"kernels_per_decode_step", Json::object({{"unit", unit},
+                                                              {"masked", masked_kernels},
+                                                              {"attend", attend_kernels}})}}));
   return 0;
 } catch (...) {
   return apps::fail("statickv_bench_context");

@@ -12,8 +12,11 @@
 #include <statickv/statickv.hpp>
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <catch2/catch.hpp>
 
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -126,6 +129,85 @@ inline bool close(const at::Tensor& actual, const at::Tensor& expected, double t
 inline double max_diff(const at::Tensor& actual, const at::Tensor& expected) {
   return (actual.to(at::kFloat) - expected.to(at::kFloat)).abs().max().item<double>();
 }
+
+/// FlashAttention's varlen forward (Note [attention paths]), emulated with
+/// plain ATen over exactly the arguments given, reading keys through the
+/// very views (and offsets) the kernel would get: row r's queries
+/// query[cum_seq_q[r] ..), keys keys[cum_seq_k[r] .. + seqused_k[r]), causal
+/// aligned to the end of the row's keys, query head h on kv head h / group,
+/// scale 1/sqrt(head_dim). Tokens the kernel does not write are NaN (so a
+/// caller that reads them fails); a row with no keys gets zeros, as
+/// FlashAttention gives. Returns [total_q, heads, head_dim] in float32.
+inline at::Tensor emulate_flash_varlen(const detail::VarlenArgs& a) {
+  at::Tensor out = at::full(a.query.sizes(), std::numeric_limits<float>::quiet_NaN(), f32());
+  const at::Tensor cq = a.cum_seq_q.cpu(), ck = a.cum_seq_k.cpu(), used = a.seqused_k.cpu();
+  REQUIRE(cq.scalar_type() == at::kInt);
+  REQUIRE(ck.scalar_type() == at::kInt);
+  REQUIRE(used.scalar_type() == at::kInt);
+  REQUIRE(used.numel() == a.batch);
+  const int64_t heads = a.query.size(1), group = heads / a.keys.size(1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(a.query.size(2)));
+  for (int64_t r = 0; r < a.batch; ++r) {
+    const int64_t q0 = cq[r].item<int>(), nq = cq[r + 1].item<int>() - q0;
+    const int64_t k0 = ck[r].item<int>(), nk = used[r].item<int>();
+    REQUIRE(nq >= 0);
+    REQUIRE(nq <= a.max_q);
+    REQUIRE(nk >= 0);
+    REQUIRE(nk <= a.max_k);
+    REQUIRE(k0 + nk <= a.keys.size(0));
+    if (nq == 0) continue;
+    if (nk == 0) {
+      out.narrow(0, q0, nq).zero_();
+      continue;
+    }
+    const at::Tensor q = a.query.narrow(0, q0, nq).to(at::kFloat).transpose(0, 1);
+    const at::Tensor k =
+        a.keys.narrow(0, k0, nk).to(at::kFloat).transpose(0, 1).repeat_interleave(group, 0);
+    const at::Tensor v =
+        a.values.narrow(0, k0, nk).to(at::kFloat).transpose(0, 1).repeat_interleave(group, 0);
+    at::Tensor scores = at::matmul(q, k.transpose(1, 2)).mul_(scale);  // [heads, nq, nk]
+    if (a.causal) {
+      const at::Tensor i = at::arange(nq, i64()).view({nq, 1});
+      const at::Tensor j = at::arange(nk, i64()).view({1, nk});
+      const at::Tensor blocked = j.gt(i.add(nk - nq));
+      scores.masked_fill_(blocked, -std::numeric_limits<double>::infinity());
+      // A query that sees no key (nq > nk): FlashAttention writes 0.
+      at::Tensor probs = at::softmax(scores, -1).nan_to_num_(0.0);
+      out.narrow(0, q0, nq).copy_(at::matmul(probs, v).transpose(0, 1));
+    } else {
+      out.narrow(0, q0, nq).copy_(at::matmul(at::softmax(scores, -1), v).transpose(0, 1));
+    }
+  }
+  return out;
+}
+
+/// Counts the ATen operators this thread dispatches while it lives
+/// (RecordFunction callbacks, the profiler's mechanism).
+class OpCounter {
+ public:
+  OpCounter() {
+    count_ref() = 0;
+    handle_ = at::addThreadLocalCallback(
+        at::RecordFunctionCallback(
+            [](const at::RecordFunction&) -> std::unique_ptr<at::ObserverContext> {
+              ++count_ref();
+              return nullptr;
+            })
+            .needsInputs(false)
+            .scopes({at::RecordScope::FUNCTION}));
+  }
+  ~OpCounter() { at::removeCallback(handle_); }
+  OpCounter(const OpCounter&) = delete;
+  OpCounter& operator=(const OpCounter&) = delete;
+  int64_t count() const { return count_ref(); }
+
+ private:
+  static int64_t& count_ref() {
+    static thread_local int64_t count = 0;
+    return count;
+  }
+  at::CallbackHandle handle_;
+};
 
 /// Expects `fn` to throw c10::Error whose message contains every fragment.
 template <typename Fn>

@@ -1,11 +1,17 @@
 // [cuda] tests: the cache on a GPU, eagerly and captured in a CUDA graph.
-// Built whenever LibTorch has CUDA; run where a device exists.
+// Built whenever LibTorch has CUDA; run where a device exists. [memcheck]
+// marks the small eager ones (max_len <= 256) that benchmarks/gpu/run_gpu.sh
+// also runs under compute-sanitizer memcheck with the caching allocator off
+// (captures need the allocator's pools, so graph tests are not among them).
 
 #include "support.hpp"
 
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+#include <iostream>
 
 using namespace statickv;
 using namespace statickv::test;
@@ -25,7 +31,7 @@ at::TensorOptions on_gpu(at::ScalarType dtype) {
 
 }  // namespace
 
-TEST_CASE("on CUDA, decode through the cache equals recomputation", "[cuda]") {
+TEST_CASE("on CUDA, decode through the cache equals recomputation", "[cuda][memcheck]") {
   for (at::ScalarType dtype : {at::kFloat, at::kHalf, at::kBFloat16}) {
     at::manual_seed(1);
     const int64_t b = 3, total = 40, prefill = 9;
@@ -123,7 +129,8 @@ TEST_CASE("a decode step captured once in a CUDA graph replays for every positio
   }
 }
 
-TEST_CASE("on CUDA, padded queries give finite outputs and leave live rows intact", "[cuda]") {
+TEST_CASE("on CUDA, padded queries give finite outputs and leave live rows intact",
+          "[cuda][memcheck]") {
   HybridCache cache(gpu_config(/*max_batch=*/2, /*max_len=*/16, at::kHalf));
   const at::Tensor kv = at::randn({2, 2, 4, 64}, on_gpu(at::kHalf));
   StepPlan step = cache.prepare(at::arange(4, on_gpu(at::kLong)), 2);
@@ -256,4 +263,172 @@ TEST_CASE("a host sync inside a captured step is reported and the runner stays u
   CHECK(stats.keys[0].capture_failure.find("capture") != std::string::npos);
   // The device and the stream still work: a fresh eager step runs.
   CHECK(at::isfinite(runner.run({pos.add(1), kv, q})[0]).all().item<bool>());
+}
+
+// ---- Cache::attend on CUDA (Note [attention paths], docs/design.md) ----
+
+namespace {
+
+// Positions for `b` rows whose lengths are `have`, each taking up to `chunk`
+// tokens towards `target`, right-padded to the longest: a ragged chunked
+// prefill step (or a decode step with chunk 1). Advances `have`.
+at::Tensor ragged_step(std::vector<int64_t>& have, const std::vector<int64_t>& target,
+                       int64_t chunk) {
+  int64_t q = 1;
+  for (size_t r = 0; r < have.size(); ++r) q = std::max(q, std::min(chunk, target[r] - have[r]));
+  at::Tensor pos = at::full({static_cast<int64_t>(have.size()), q}, -1, i64());
+  for (size_t r = 0; r < have.size(); ++r) {
+    const int64_t take = std::max<int64_t>(0, std::min(chunk, target[r] - have[r]));
+    for (int64_t t = 0; t < take; ++t) pos[static_cast<int64_t>(r)][t] = have[r] + t;
+    have[r] += take;
+  }
+  return pos;
+}
+
+// Kernel nodes of a captured graph (cudaGraphGetNodes).
+int64_t kernel_nodes(at::cuda::CUDAGraph& graph) {
+  cudaGraph_t raw = graph.raw_cuda_graph();
+  size_t count = 0;
+  REQUIRE(cudaGraphGetNodes(raw, nullptr, &count) == cudaSuccess);
+  std::vector<cudaGraphNode_t> nodes(count);
+  REQUIRE(cudaGraphGetNodes(raw, nodes.data(), &count) == cudaSuccess);
+  int64_t kernels = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    REQUIRE(cudaGraphNodeGetType(node, &type) == cudaSuccess);
+    kernels += type == cudaGraphNodeTypeKernel ? 1 : 0;
+  }
+  return kernels;
+}
+
+}  // namespace
+
+TEST_CASE("on CUDA, attend's varlen path equals the masked path in fp16 and bf16",
+          "[cuda][attend][memcheck]") {
+  for (at::ScalarType dtype : {at::kHalf, at::kBFloat16}) {
+    at::manual_seed(7);
+    const int64_t max_len = 256;
+    HybridCache cache(gpu_config(/*max_batch=*/4, max_len, dtype).hybrid(/*window=*/32, 64));
+    REQUIRE(cache.attention_path(1, at::zeros({1}, on_gpu(dtype))) == AttentionPath::kVarlen);
+    REQUIRE(cache.attention_path(0, at::zeros({1}, on_gpu(dtype))) == AttentionPath::kMasked);
+    // Live batch 3 of 4; ragged chunked prefill to lengths 1, 200, 77, then decode.
+    std::vector<int64_t> have = {0, 0, 0};
+    for (int step_i = 0; step_i < 12; ++step_i) {
+      // Steps 0-3: chunks of up to 64 towards 1, 200 and 77 tokens; then decode.
+      const bool prefill = step_i < 4;
+      const std::vector<int64_t> target =
+          prefill ? std::vector<int64_t>{1, 200, 77}
+                  : std::vector<int64_t>{have[0] + 1, have[1] + 1, have[2] + 1};
+      const at::Tensor pos = ragged_step(have, target, prefill ? 64 : 1).cuda();
+      const int64_t b = pos.size(0), q = pos.size(1);
+      StepPlan step = cache.prepare(pos, b);
+      const at::Tensor real = pos.ge(0).view({b, 1, q, 1});
+      for (int64_t l = 0; l < 2; ++l) {
+        const at::Tensor kv = at::randn({b, 2, q, 64}, on_gpu(dtype));
+        const at::Tensor query = at::randn({b, q, 4, 64}, on_gpu(dtype)).transpose(1, 2);
+        const KV views = cache.update(l, kv, kv.mul(0.5), step);
+        const at::Tensor got = cache.attend(l, query, views, step);
+        const at::Tensor masked = cache.attend(l, query, views, step, AttentionPath::kMasked);
+        INFO("dtype " << dtype << " step " << step_i << " layer " << l << " max diff "
+                      << max_diff(got.mul(real), masked.mul(real)));
+        REQUIRE(at::isfinite(got).all().item<bool>());
+        REQUIRE(close(got.mul(real), masked.mul(real), tolerance(dtype)));
+        if (l == 1) {  // the layout decision (detail::kDefaultKvLayout) against a copy
+          const at::Tensor copied = statickv::detail::flash_varlen(
+              cache.varlen_args(l, query, views, step, KvLayout::kPackedCopy));
+          REQUIRE(close(got, copied, tolerance(dtype)));
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// One decode step over every layer through attend() with `path`; q_in etc.
+// are the captured step's static inputs.
+at::Tensor attend_decode(Cache& cache, const at::Tensor& pos, const at::Tensor& q_in,
+                         const at::Tensor& kv_in, AttentionPath path) {
+  StepPlan step = cache.prepare(pos, pos.size(0));
+  at::Tensor out;
+  for (int64_t l = 0; l < cache.num_layers(); ++l) {
+    const KV views = cache.update(l, kv_in, kv_in, step);
+    out = cache.attend(l, q_in, views, step, path);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a captured varlen decode step replays 120 steps with per-row lengths changing",
+          "[cuda][graph][attend]") {
+  const int64_t b = 4, max_len = 160;
+  const CacheConfig config = gpu_config(/*max_batch=*/4, max_len, at::kBFloat16);
+  StaticCache graphed(config), eager(config);
+  at::Tensor pos = at::full({b, 1}, -1, on_gpu(at::kLong));
+  at::Tensor q_in = at::zeros({b, 4, 1, 64}, on_gpu(at::kBFloat16));
+  at::Tensor kv_in = at::zeros({b, 2, 1, 64}, on_gpu(at::kBFloat16));
+  at::cuda::CUDAGraph graph;
+  at::Tensor out;
+  {
+    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+    c10::cuda::CUDAStreamGuard guard(side);
+    attend_decode(graphed, pos, q_in, kv_in, AttentionPath::kVarlen);  // warm-up: all padding
+    graph.capture_begin();
+    out = attend_decode(graphed, pos, q_in, kv_in, AttentionPath::kVarlen);
+    graph.capture_end();
+  }
+  at::cuda::device_synchronize();
+  // Rows start at different lengths; row 2 restarts every 37 steps.
+  std::vector<int64_t> len = {0, 5, 17, 90};
+  at::manual_seed(8);
+  for (int64_t t = 0; t < 120; ++t) {
+    if (t % 37 == 36) {
+      for (Cache* c : {static_cast<Cache*>(&graphed), static_cast<Cache*>(&eager)}) {
+        c->reset_rows(at::tensor({int64_t{2}}, i64()));
+      }
+      len[2] = 0;
+    }
+    std::vector<int64_t> host(len.size());
+    for (size_t r = 0; r < len.size(); ++r) host[r] = len[r] < max_len ? len[r]++ : -1;
+    pos.copy_(at::tensor(host, i64()).view({b, 1}));
+    q_in.copy_(at::randn({b, 4, 1, 64}, on_gpu(at::kFloat)));
+    kv_in.copy_(at::randn({b, 2, 1, 64}, on_gpu(at::kFloat)));
+    graph.replay();
+    const at::Tensor want = attend_decode(eager, pos.clone(), q_in, kv_in, AttentionPath::kVarlen);
+    const at::Tensor masked =
+        attend_decode(eager, pos.clone(), q_in, kv_in, AttentionPath::kMasked);
+    at::cuda::device_synchronize();
+    INFO("step " << t << " max diff " << max_diff(out, want));
+    REQUIRE(close(out, want, 1e-3));
+    // Full rows are padded: 0 on the varlen path, meaningless on the masked one.
+    const at::Tensor real = pos.ge(0).view({b, 1, 1, 1});
+    REQUIRE(close(out.mul(real), masked.mul(real), tolerance(at::kBFloat16)));
+  }
+}
+
+TEST_CASE("kernels per captured decode step: varlen path against the masked path",
+          "[cuda][graph][attend]") {
+  const CacheConfig config =
+      gpu_config(/*max_batch=*/8, /*max_len=*/256, at::kBFloat16).num_layers(4);
+  std::vector<int64_t> kernels;
+  for (AttentionPath path : {AttentionPath::kMasked, AttentionPath::kVarlen}) {
+    StaticCache cache(config);
+    const at::Tensor pos = at::full({8, 1}, 3, on_gpu(at::kLong));
+    const at::Tensor q_in = at::randn({8, 4, 1, 64}, on_gpu(at::kBFloat16));
+    const at::Tensor kv_in = at::randn({8, 2, 1, 64}, on_gpu(at::kBFloat16));
+    at::cuda::CUDAGraph graph(/*keep_graph=*/true);
+    {
+      c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+      c10::cuda::CUDAStreamGuard guard(side);
+      attend_decode(cache, pos, q_in, kv_in, path);
+      graph.capture_begin();
+      attend_decode(cache, pos, q_in, kv_in, path);
+      graph.capture_end();
+    }
+    kernels.push_back(kernel_nodes(graph));
+  }
+  std::cout << "kernels per captured decode step (4 full layers, batch 8): masked " << kernels[0]
+            << ", varlen " << kernels[1] << "\n";
+  CHECK(kernels[1] < kernels[0]);
 }

@@ -18,7 +18,7 @@
 #
 # Stages run in order, each under `timeout`, and a stage that would start
 # with too little of the budget left is skipped (and says so): build, [cuda]
-# tests, model decode (batch prefix, graphs, bandwidth), SmolLM2-shaped
+# tests, compute-sanitizer memcheck of the [memcheck] tests, model decode (batch prefix, graphs, bandwidth), SmolLM2-shaped
 # decode at batch 1, 8 and 64, prompt lengths,
 # context length, write cost, attention-stack decode, memory (the short
 # ones), continuous vs static batching, then the Hugging Face comparison with whatever is left (its
@@ -103,11 +103,28 @@ if ((!dry)); then
   have "$BUILD/tests/statickv_cuda_tests" &&
     stage cuda_tests 30 150 "$BUILD/tests/statickv_cuda_tests" "[cuda]" --durations yes
 fi
+# compute-sanitizer memcheck over the [memcheck] subset of the [cuda] tests
+# (the cache and attention tests with max_len <= 256, eager: the varlen
+# path's strided key view and offsets are the reads it checks), with the
+# caching allocator off so every out-of-bounds read lands outside a
+# cudaMalloc block. In a dry run the same test filter runs without the
+# sanitizer (it exits 77 without a GPU: plumbing only).
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if have "$BUILD/tests/statickv_cuda_tests"; then
+  if ((dry)); then
+    stage memcheck 10 30 "$BUILD/tests/statickv_cuda_tests" "[memcheck]"
+  elif [ -x "$sanitizer" ]; then
+    stage memcheck 60 90 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$sanitizer" --tool memcheck \
+      --error-exitcode 1 "$BUILD/tests/statickv_cuda_tests" "[memcheck]" --durations yes
+  else
+    echo "== memcheck: SKIPPED (no compute-sanitizer)"
+  fi
+fi
 
 if ((dry)); then
   model=(--shape tiny --dtype fp32 --context 64 --max-len 128 --rounds 3 --calls 2)
   prompts=(--shape tiny --max-len 64 --prompts 8 --reps 1)
-  context=(--max-len 512 --rounds 3 --calls 2)
+  context=(--max-len 512 --rounds 3 --calls 2 --layers 2)
   hfargs=(--shapes tiny --prompt-len 16 --new-tokens 8 --rounds 2)
   write=(--rounds 3 --calls 5)
   decode=(--rounds 3 --calls 2)
@@ -116,7 +133,9 @@ if ((dry)); then
 else
   model=(--shape llama-3.2-1b --dtype bf16 --context 1024 --max-len 2048 --rounds 20 --calls 10)
   prompts=(--shape llama-3.2-1b --dtype bf16 --max-len 2048 --prompts 64 --reps 2)
-  context=(--graphs --dtype fp16 --max-len 8192 --rounds 20 --calls 10)
+  # bf16 with graphs: Cache::attend's varlen path beside the masked one, and
+  # the 16-row ragged variant (lengths 128..8192).
+  context=(--graphs --dtype bf16 --max-len 8192 --rounds 20 --calls 10)
   hfargs=(--shapes llama-3.2-1b --prompt-len 128 --new-tokens 64 --rounds 3 --new-lengths 37,300,1000)
   write=(--rounds 20 --calls 50)
   decode=(--rounds 30 --calls 10)
@@ -137,7 +156,7 @@ fi
 have "$B/statickv_bench_prompts" &&
   stage prompt_lengths 60 120 "$B/statickv_bench_prompts" --device "$DEV" "${prompts[@]}" --json "$RES/prompt_lengths.json"
 have "$B/statickv_bench_context" &&
-  stage context_length 30 60 "$B/statickv_bench_context" --device "$DEV" "${context[@]}" --json "$RES/context_length.json"
+  stage context_length 30 90 "$B/statickv_bench_context" --device "$DEV" "${context[@]}" --json "$RES/context_length.json"
 
 have "$B/statickv_bench_write" &&
   stage write_cost 20 40 "$B/statickv_bench_write" --device "$DEV" "${write[@]}" --json "$RES/write_cost.json"

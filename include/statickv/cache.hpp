@@ -23,12 +23,14 @@
 // goes further (Note [prepare is all or nothing]): a failure inside LibTorch
 // after its checks is rolled back too, and earlier Steps stay valid.
 
+#include <statickv/attention.hpp>
 #include <statickv/checks.hpp>
 #include <statickv/config.hpp>
 #include <statickv/layers.hpp>
 #include <statickv/mask.hpp>
 #include <statickv/row_state.hpp>
 #include <statickv/step.hpp>
+#include <statickv/varlen.hpp>
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -86,7 +88,7 @@ enum class PreparePoint {
   kBeforeBookkeeping,   ///< slots planned, nothing written yet
   kAfterSeqLengths,     ///< seq_lengths advanced
   kAfterSlotPositions,  ///< a layer type's slot_positions written
-  kAfterMasks,          ///< every mask made, generation not yet advanced
+  kAfterMasks,  ///< the step planned (masks too with eager_masks), generation not yet advanced
 };
 
 /// Test-only fault injection: when set, prepare() calls it at each
@@ -142,6 +144,7 @@ class Cache {
       flat_values_.push_back(values_.back().view({-1, config_.head_dim}));
     }
     mask_values_ = detail::additive_values(config_.dtype, config_.device);
+    arange32_ = at::arange(config_.max_batch + 1, long_opts.dtype(at::kInt));
     layer_group_ = std::make_shared<const std::vector<int64_t>>(std::move(layer_group));
     seq_lengths_ = at::zeros({config_.max_batch}, long_opts);
     // A "cuda" device without an index becomes the device actually used.
@@ -194,7 +197,9 @@ class Cache {
       slots.push_back(std::move(s));
     }
     detail::prepare_fault_point(detail::PreparePoint::kBeforeBookkeeping);
+    retire_plan();
     advance(step, sane, slots, attend);
+    current_plan_ = step.lazy_;
     // Only a step that fully succeeded makes earlier Steps stale.
     generation_ = detail::next_generation();
     step.generation_ = generation_;
@@ -206,13 +211,7 @@ class Cache {
   KV update(int64_t layer, const at::Tensor& key, const at::Tensor& value, const StepPlan& step) {
     check_mutable("update");
     check_layer(layer);
-    TORCH_CHECK(step.owner_ == this,
-                "step: expected a StepPlan made by this cache's prepare() but got ",
-                step.owner_ == nullptr ? "a default-constructed one" : "one of another cache");
-    TORCH_CHECK(step.generation_ == generation_,
-                "step: expected the cache's current step (generation ", generation_,
-                ") but got a stale one (generation ", step.generation_,
-                "); call prepare() again after reset, row operations or another prepare()");
+    check_current(step);
     const std::vector<int64_t> shape = {step.live_batch_, config_.num_kv_heads, step.query_len_,
                                         config_.head_dim};
     const at::IntArrayRef expected(shape);
@@ -244,9 +243,86 @@ class Cache {
               batch_prefix(values_[l], b, planned.view_len)};
   }
 
+  /// Attention of this step's queries over `kv` (what update(layer, ...)
+  /// returned for `step`): [live_batch, heads, q, head_dim]. query: [live_batch,
+  /// heads, q, head_dim] in the cache dtype, heads a multiple of kv_heads.
+  /// kAuto takes the fastest exact path (attention_path(); Note [attention
+  /// paths], docs/design.md): on CUDA in fp16/bf16, full layers read only each
+  /// row's live keys through FlashAttention's varlen kernel with no mask;
+  /// everything else is sdpa with the step's additive mask. Padded queries
+  /// get finite outputs (0 on the varlen path).
+  at::Tensor attend(int64_t layer, const at::Tensor& query, const KV& kv, const StepPlan& step,
+                    AttentionPath path = AttentionPath::kAuto) const {
+    check_attend(layer, query, kv, step);
+    const AttentionPath chosen = resolve_path(layer, query, path);
+    if (chosen == AttentionPath::kMasked) {
+      return sdpa_attention(query, kv.keys, kv.values, step.additive_mask(layer));
+    }
+    return detail::flash_varlen(varlen_args(layer, query, kv, step));
+  }
+
+  /// The path attend(layer, query, ..., kAuto) takes for a query like `query`.
+  AttentionPath attention_path(int64_t layer, const at::Tensor& query) const {
+    check_layer(layer);
+    return resolve_path(layer, query, AttentionPath::kAuto);
+  }
+
+  /// Whether the varlen path can serve `layer` for `query` (the reasons are
+  /// the error attend(..., kVarlen) raises otherwise); nullptr when it can.
+  const char* varlen_refusal(int64_t layer, const at::Tensor& query) const {
+    check_layer(layer);
+    if (group_of(layer).policy->window() > 0)
+      return "a sliding-window layer (rings take the masked path)";
+    if (!config_.device.is_cuda()) return "a cache on the CPU (the kernel is CUDA only)";
+    if (query.scalar_type() != at::kHalf && query.scalar_type() != at::kBFloat16) {
+      return "a dtype other than Half or BFloat16";
+    }
+    if (config_.head_dim % 8 != 0 || config_.head_dim > 256) {
+      return "a head_dim that is not a multiple of 8 up to 256 (the kernel would pad a copy)";
+    }
+    if (config_.max_batch * config_.num_kv_heads * group_of(layer).policy->buffer_len() >
+        INT32_MAX) {
+      return "buffers of more than 2^31 - 1 tokens (int32 offsets)";
+    }
+    if (!detail::flash_capable(config_.device)) return "a GPU without FlashAttention (sm80+)";
+    return nullptr;
+  }
+
+  /// The arguments of the varlen path's kernel call for this step and layer
+  /// (detail::VarlenArgs), built with device ops only: what attend() passes
+  /// to at::_flash_attention_forward. Public so that tests can check the
+  /// offsets and layouts on any device; needs a full-attention layer.
+  detail::VarlenArgs varlen_args(int64_t layer, const at::Tensor& query, const KV& kv,
+                                 const StepPlan& step,
+                                 KvLayout layout = detail::kDefaultKvLayout) const {
+    check_attend(layer, query, kv, step);
+    TORCH_CHECK(group_of(layer).policy->window() == 0,
+                "layer: expected a full-attention layer "
+                "for the varlen path but got layer ",
+                layer, ", a sliding-window layer");
+    const detail::VarlenRows& rows = step.varlen_rows(layer);
+    detail::VarlenArgs args;
+    args.query = detail::varlen_query(query, rows);
+    args.keys = detail::varlen_keys(kv.keys, layout);
+    args.values = detail::varlen_keys(kv.values, layout);
+    args.cum_seq_q = rows.cum_seq_q;
+    args.cum_seq_k = detail::varlen_key_starts(kv.keys, layout, arange32_);
+    args.seqused_k = rows.seqused_k;
+    args.max_q = step.query_len_;
+    args.max_k = step.view_len(layer);
+    args.causal = step.query_len_ > 1;
+    args.order = rows.order;
+    args.padded = rows.padded;
+    args.batch = step.live_batch_;
+    args.query_len = step.query_len_;
+    args.layout = layout;
+    return args;
+  }
+
   /// Empties every row and zeroes every buffer, in place.
   void reset() {
     check_mutable("reset");
+    retire_plan();
     generation_ = detail::next_generation();
     for_each_row_tensor([](at::Tensor& t, int64_t empty) { t.fill_(empty); });
   }
@@ -260,6 +336,7 @@ class Cache {
   void reset_rows(const at::Tensor& rows) {
     check_mutable("reset_rows");
     const at::Tensor index = device_rows("rows", rows, /*allow_duplicates=*/false);
+    retire_plan();
     generation_ = detail::next_generation();
     for_each_row_tensor([&](at::Tensor& t, int64_t empty) { t.index_fill_(0, index, empty); });
   }
@@ -271,6 +348,7 @@ class Cache {
                 "src: expected a row in [0, max_batch=", config_.max_batch, ") but got ", src);
     TORCH_CHECK(dst >= 0 && dst < config_.max_batch,
                 "dst: expected a row in [0, max_batch=", config_.max_batch, ") but got ", dst);
+    retire_plan();
     generation_ = detail::next_generation();
     if (src == dst) return;
     for_each_row_tensor([&](at::Tensor& t, int64_t) { t.select(0, dst).copy_(t.select(0, src)); });
@@ -281,6 +359,7 @@ class Cache {
   void reorder(const at::Tensor& indices) {
     check_mutable("reorder");
     const at::Tensor index = device_rows("indices", indices, /*allow_duplicates=*/true);
+    retire_plan();
     generation_ = detail::next_generation();
     const int64_t n = index.numel();
     // index_select makes a temporary, so overlapping sources are read before
@@ -408,6 +487,57 @@ class Cache {
     at::Tensor slot_positions;  // [max_batch, capacity + 1], int64, -1 = empty
     at::Tensor row_head_base;   // [max_batch, kv_heads, 1], int64
   };
+
+  void check_current(const StepPlan& step) const {
+    TORCH_CHECK(step.owner_ == this,
+                "step: expected a StepPlan made by this cache's prepare() but got ",
+                step.owner_ == nullptr ? "a default-constructed one" : "one of another cache");
+    TORCH_CHECK(step.generation_ == generation_,
+                "step: expected the cache's current step (generation ", generation_,
+                ") but got a stale one (generation ", step.generation_,
+                "); call prepare() again after reset, row operations or another prepare()");
+  }
+
+  // attend()'s arguments: the current step, the views update() returned
+  // for this layer, queries of the step's shape.
+  void check_attend(int64_t layer, const at::Tensor& query, const KV& kv,
+                    const StepPlan& step) const {
+    check_layer(layer);
+    check_current(step);
+    const auto l = static_cast<size_t>(layer);
+    const int64_t b = step.live_batch_;
+    detail::check_tensor("query", query, config_.dtype, config_.device);
+    detail::check_rank("query", query, 4, "[live_batch, heads, q, head_dim]");
+    TORCH_CHECK(
+        query.size(0) == b && query.size(2) == step.query_len_ && query.size(3) == config_.head_dim,
+        "query: expected shape [live_batch, heads, q, head_dim] = [", b, ", heads, ",
+        step.query_len_, ", ", config_.head_dim, "] but got ", query.sizes());
+    TORCH_CHECK(query.size(1) >= 1 && query.size(1) % config_.num_kv_heads == 0,
+                "query: expected heads to be a multiple of kv_heads=", config_.num_kv_heads,
+                " but got ", query.size(1));
+    const std::vector<int64_t> shape = {b, config_.num_kv_heads, step.view_len(layer),
+                                        config_.head_dim};
+    for (const auto& [name, view, buffer] : {std::make_tuple("kv.keys", kv.keys, keys_[l]),
+                                             std::make_tuple("kv.values", kv.values, values_[l])}) {
+      TORCH_CHECK(view.defined() && view.is_alias_of(buffer) &&
+                      view.sizes() == at::IntArrayRef(shape) &&
+                      view.strides() == buffer.strides() &&
+                      view.storage_offset() == buffer.storage_offset(),
+                  name, ": expected the view update(", layer, ", ...) returned for this step, ",
+                  at::IntArrayRef(shape), " over layer ", layer, "'s buffer, but got ",
+                  detail::shape_of(view),
+                  view.defined() && !view.is_alias_of(buffer) ? " not a view of that buffer" : "");
+    }
+  }
+
+  AttentionPath resolve_path(int64_t layer, const at::Tensor& query, AttentionPath path) const {
+    if (path == AttentionPath::kMasked) return path;
+    const char* refusal = varlen_refusal(layer, query);
+    TORCH_CHECK(path != AttentionPath::kVarlen || refusal == nullptr,
+                "path: expected a layer, device and dtype the varlen path serves but got ",
+                refusal == nullptr ? "" : refusal, " (layer ", layer, ")");
+    return refusal == nullptr ? AttentionPath::kVarlen : AttentionPath::kMasked;
+  }
 
   void check_layer(int64_t layer) const {
     TORCH_CHECK(layer >= 0 && layer < config_.num_layers, "layer: expected an index in [0, ",
@@ -574,6 +704,14 @@ class Cache {
                 "c10::InferenceMode, or build the cache outside it");
   }
 
+  // Note [lazy masks]: before the bookkeeping changes, a still-held latest
+  // StepPlan builds the masks it has not built yet, from the state they
+  // describe; a dropped one costs nothing.
+  void retire_plan() {
+    if (const std::shared_ptr<detail::LazyPlan> plan = current_plan_.lock()) plan->materialize();
+    current_plan_.reset();
+  }
+
   // Note [prepare is all or nothing]: prepare() writes seq_lengths and each
   // layer type's slot_positions in place, then makes masks. If anything
   // throws after its checks (LibTorch refusing an op, an allocation failing,
@@ -599,9 +737,16 @@ class Cache {
         rows_pos.scatter_(1, index, shared ? sane.expand({b, step.query_len_}) : sane);
         detail::prepare_fault_point(detail::PreparePoint::kAfterSlotPositions);
       }
+      step.lazy_ = std::make_shared<detail::LazyPlan>();
+      step.lazy_->sane = sane;
+      step.lazy_->live_batch = b;
+      step.lazy_->values = mask_values_;
+      step.lazy_->arange32 = arange32_;
       for (size_t g = 0; g < groups_.size(); ++g) {
-        step.groups_.push_back(plan_group(groups_[g], step, sane, slots[g], attend));
+        step.groups_.push_back(plan_group(groups_[g], step, slots[g], attend));
       }
+      // Note [lazy masks]: masks are built on first use unless asked for here.
+      if (config_.eager_masks) step.lazy_->materialize();
       detail::prepare_fault_point(detail::PreparePoint::kAfterMasks);
     } catch (...) {
       for (size_t g = written.size(); g-- > 0;) {
@@ -612,24 +757,19 @@ class Cache {
     }
   }
 
-  // One layer type's part of a step: masks over the slot positions the
-  // views expose, and the flat write index for per-row positions.
-  StepPlan::GroupPlan plan_group(const LayerGroup& group, const StepPlan& step,
-                                 const at::Tensor& sane, const at::Tensor& slots,
+  // One layer type's part of a step: the flat write index for per-row
+  // positions, and what its lazily built masks need (Note [lazy masks]).
+  StepPlan::GroupPlan plan_group(const LayerGroup& group, StepPlan& step, const at::Tensor& slots,
                                  int64_t attend) const {
     const LayerPolicy& policy = *group.policy;
     const int64_t b = step.live_batch_;
-    const int64_t slots_len = policy.buffer_len();
     StepPlan::GroupPlan planned;
     planned.view_len = policy.view_len(attend);
-    // [b, 1, 1, view_len]: the slot positions the views expose.
-    const at::Tensor seen =
-        group.slot_positions.as_strided({b, 1, 1, planned.view_len}, {slots_len, 1, 1, 1});
-    const at::Tensor query = sane.view({sane.size(0), 1, step.query_len_, 1});
-    at::Tensor mask = seen.le(query).logical_and_(seen.ge(0));  // [b, 1, q, L]
-    if (policy.window() > 0) mask.logical_and_(query.sub(seen).lt(policy.window()));
-    planned.mask = mask;
-    planned.additive = at::where(mask, mask_values_.attend, mask_values_.blocked);
+    detail::LazyGroup lazy;
+    lazy.slot_positions = group.slot_positions;
+    lazy.view_len = planned.view_len;
+    lazy.window = policy.window();
+    step.lazy_->groups.push_back(std::move(lazy));
     if (step.per_row_) {
       planned.slots = slots;
       planned.flat_index = group.row_head_base.narrow(0, 0, b).add(slots.unsqueeze(1)).view(-1);
@@ -690,6 +830,8 @@ class Cache {
   std::vector<at::Tensor> values_;  // per layer, same shape
   std::vector<at::Tensor> flat_keys_, flat_values_;  // per layer, [-1, head_dim] aliases
   detail::AdditiveValues mask_values_;               // [] each, in dtype on the device
+  at::Tensor arange32_;                              // int32 [max_batch + 1]: 0, 1, 2, ...
+  std::weak_ptr<detail::LazyPlan> current_plan_;     // the latest StepPlan's lazy parts
   at::Tensor seq_lengths_;                           // [max_batch], int64
   uint64_t generation_ = 0;
 };

@@ -89,6 +89,10 @@ struct CacheConfig {
   /// sync), reject positions that cannot fit instead of routing them to the
   /// scratch slot. Device-resident positions are never read by the host.
   bool check_position_values = true;
+  /// Build every mask in prepare() instead of on first use (Note [lazy
+  /// masks], step.hpp): for callers that want a step's whole cost in
+  /// prepare(). Off by default: a step on the varlen path needs no mask.
+  bool eager_masks = false;
 
   LayerType layer_type(int64_t layer) const {
     TORCH_CHECK(layer >= 0 && layer < num_layers, "layer: expected an index in [0, ", num_layers,

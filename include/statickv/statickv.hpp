@@ -10,4 +10,5 @@
 #include <statickv/mask.hpp>
 #include <statickv/row_state.hpp>
 #include <statickv/step.hpp>
+#include <statickv/varlen.hpp>
 #include <statickv/version.hpp>

@@ -24,6 +24,9 @@ void check_tokens(const char* name, const at::Tensor& t) {
 
 void CacheBackend::begin(const at::Tensor& positions, int64_t attend_len) {
   check_tokens("CacheBackend.positions", positions);
+  // Drop the last pass's plan first, so prepare() need not build the masks
+  // it never used (Note [lazy masks]).
+  step_.reset();
   step_ = std::make_unique<StepPlan>(cache_.prepare(positions, positions.size(0), attend_len));
 }
 
@@ -31,11 +34,11 @@ at::Tensor CacheBackend::attend(int64_t layer, const at::Tensor& query, const at
                                 const at::Tensor& value) {
   TORCH_CHECK(step_ != nullptr, "CacheBackend: expected begin() before attend()");
   const KV kv = cache_.update(layer, key, value, *step_);
-  // The fused kernel takes the additive mask, made once per layer type per
-  // step; the reference kernel takes the bool one.
-  return run_kernel(
-      kernel_, query, kv.keys, kv.values,
-      kernel_ == AttentionKernel::kSdpa ? step_->additive_mask(layer) : step_->mask(layer));
+  // The cache's own entry point picks the fastest exact path (mask-free
+  // varlen on CUDA fp16/bf16 full layers, else sdpa with the additive mask);
+  // the reference kernel takes the bool mask.
+  if (kernel_ == AttentionKernel::kSdpa) return cache_.attend(layer, query, kv, *step_);
+  return run_kernel(kernel_, query, kv.keys, kv.values, step_->mask(layer));
 }
 
 DynamicCache::DynamicCache(const ModelConfig& config, AttentionKernel kernel)
