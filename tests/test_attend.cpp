@@ -261,7 +261,16 @@ TEST_CASE("a held StepPlan's unbuilt masks describe its own step after the cache
       lazy.copy_row(0, 1);
       eager.copy_row(0, 1);
     }
+    if (t == 5) {  // so does a rollback (speculative decoding's rejected drafts)
+      lazy.rollback(std::vector<int64_t>{5, 4});
+      eager.rollback(std::vector<int64_t>{5, 4});
+    }
   }
+  // And a restored row: the latest plan's masks are those of before.
+  lazy_steps.push_back(lazy.prepare(positions(2, {7, 7}), 2));
+  eager_steps.push_back(eager.prepare(positions(2, {7, 7}), 2));
+  lazy.restore_row(lazy.save_row(0), 1);
+  eager.restore_row(eager.save_row(0), 1);
   lazy.reset();
   for (size_t i = 0; i < lazy_steps.size(); ++i) {
     for (int64_t l = 0; l < 2; ++l) {

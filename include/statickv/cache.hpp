@@ -431,6 +431,7 @@ class Cache {
     TORCH_CHECK(row >= 0 && row < config_.max_batch,
                 "row: expected a row in [0, max_batch=", config_.max_batch, ") but got ", row);
     detail::check_row_state(state, config_);
+    retire_plan();
     generation_ = detail::next_generation();
     for_each_row_tensor([&](at::Tensor& t, int64_t empty) { t[row].fill_(empty); });
     std::vector<bool> group_done(groups_.size(), false);
@@ -642,6 +643,7 @@ class Cache {
     const at::Tensor keep = new_lengths.clamp_min(0).unsqueeze(1);  // [b, 1]
     std::vector<at::Tensor> drop;                                   // per group [b, slots]
     for (const LayerGroup& g : groups_) drop.push_back(g.slot_positions.narrow(0, 0, b).ge(keep));
+    retire_plan();  // Note [lazy masks]: a held plan's masks describe the state before
     generation_ = detail::next_generation();
     for (size_t l = 0; l < keys_.size(); ++l) {
       const at::Tensor& d = drop[static_cast<size_t>((*layer_group_)[l])];
