@@ -5,7 +5,7 @@ usage: report.py [RESULTS_DIR] [--title TEXT] [--plots-only]
 
 Reads whichever of these RESULTS_DIR holds (scripts/demo.sh writes them):
   decode_step.json  model_decode.json  prompt_lengths.json  context_length.json
-  write_cost.json   memory.json        hf_compare.json   hf_seeds.json
+  write_cost.json   memory.json        hf_compare.json   hf_seeds.json   serving.json
   hf_smollm2.json   smollm2_agreement.json   smollm2_decode_b8.json  smollm2_decode_b64.json
 and chat.txt (statickv-demo's SmolLM2 answers, shown as printed), and writes
 RESULTS_DIR/REPORT.md: one section per benchmark with its table,
@@ -301,6 +301,23 @@ def smollm2_agreement(d, plots):
             table(["dtype", "answers equal to fp32", "leading ids equal, per prompt"], rows))
 
 
+def serving(d, plots):
+    rows = []
+    for name in ("continuous", "static"):
+        x = d[name]
+        rows.append([name, f"{x['tokens_per_s']:.1f}", f"{x['ttft_p50_s'] * 1e3:.0f}",
+                     f"{x['ttft_p99_s'] * 1e3:.0f}", f"{x['per_token_p50_s'] * 1e3:.1f}",
+                     f"{x['per_token_p99_s'] * 1e3:.1f}"])
+    ratio = d["continuous"]["tokens_per_s"] / d["static"]["tokens_per_s"]
+    return "\n\n".join([
+        f"One replayed trace of {d['requests']} requests: the continuous-batching Scheduler "
+        f"against static batching with Generator (BENCHMARKS.md item 9). Throughput "
+        f"continuous / static: **{ratio:.2f}x**; identical tokens: {d['identical_tokens']} of {d['requests']}; "
+        f"occupancy {d['occupancy']:.2f}, padded fraction {d['padded_fraction']:.2f}.",
+        table(["engine", "tokens/s", "TTFT p50 ms", "TTFT p99 ms", "per-token p50 ms",
+               "per-token p99 ms"], rows)])
+
+
 def hf_seeds(d, plots):
     rows = []
     for e in d["shapes"]:
@@ -327,6 +344,7 @@ SECTIONS = [
     ("hf_seeds", "The seed scenarios from Python (HF PR 37394, issue 29151)", hf_seeds),
     ("write_cost", "Cache write cost per layer per step", write_cost),
     ("memory", "Memory: hybrid vs all-full", memory),
+    ("serving", "Continuous batching vs static batching", serving),
     ("hf_smollm2", "SmolLM2-135M against Hugging Face transformers", hf_smollm2),
     ("smollm2_agreement", "SmolLM2: bf16 and fp16 answers against fp32", smollm2_agreement),
     ("smollm2_decode_b8", "SmolLM2-135M shape (random weights): decode at batch 1 and 8",

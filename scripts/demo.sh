@@ -12,7 +12,7 @@
 #   --device     auto (default: cuda when LibTorch sees a GPU), cpu or cuda
 #   --dtype T    fp32, fp16 or bf16 for every benchmark (default: each one's own)
 #   --threads N  CPU threads for LibTorch and the Hugging Face side (default: all)
-#   --only LIST  comma-separated subset of: chat,smollm2,model,decode,prompts,context,hf,write,memory
+#   --only LIST  comma-separated subset of: chat,smollm2,model,decode,prompts,context,hf,write,memory,serving
 #                (chat: the SmolLM2 questions; smollm2: SmolLM2 against transformers;
 #                agreement: bf16/fp16 answers against fp32, always in --full)
 #   --no-hf      skip the Hugging Face comparison
@@ -77,6 +77,7 @@ if [ "$device" = cuda ]; then
     write=(--rounds 30 --calls 50)
     hfargs=(--shapes llama-3.2-1b --prompt-len 128 --new-tokens 64 --rounds 5 --new-lengths 37,150,300,700,1000)
     smollm2=(--batches 1,8,64 --new-tokens 64 --rounds 5)
+    serving=(--shape llama-3.2-1b --dtype bf16 --requests 200 --rate 30 --max-batch 16 --max-len 1024 --max-prompt 512 --max-new 256)
   else
     model=(--shape llama-3.2-1b --dtype bf16 --context 1024 --max-len 2048 --rounds 10 --calls 5)
     decode=(--rounds 15 --calls 5)
@@ -85,6 +86,7 @@ if [ "$device" = cuda ]; then
     write=(--rounds 10 --calls 20)
     hfargs=(--shapes llama-3.2-1b --prompt-len 64 --new-tokens 32 --rounds 3 --new-lengths 37,300)
     smollm2=(--batches 1,8 --new-tokens 32 --rounds 3)
+    serving=(--shape llama-3.2-1b --dtype bf16 --requests 64 --rate 30 --max-batch 16 --max-len 1024 --max-prompt 256 --max-new 128)
   fi
 else
   if [ "$mode" = full ]; then
@@ -95,6 +97,7 @@ else
     write=(--rounds 30 --calls 20)
     hfargs=(--shapes tiny,llama-3.2-1b --prompt-len 32 --new-tokens 8 --rounds 7)
     smollm2=(--batches 1,8 --new-tokens 32 --rounds 5 --compile)
+    serving=(--shape small --requests 200 --rate 20)
   else
     model=(--shape small --context 1024 --max-len 2048 --rounds 10 --calls 3)
     decode=(--rounds 25 --calls 3)
@@ -103,6 +106,7 @@ else
     write=(--rounds 8 --calls 10)
     hfargs=(--shapes tiny --prompt-len 64 --new-tokens 32 --rounds 5)
     smollm2=(--batches 1,8 --new-tokens 16 --rounds 2)
+    serving=(--shape tiny --requests 40 --rate 20)
   fi
 fi
 
@@ -127,6 +131,7 @@ want prompts && run prompt_lengths "$BENCH/statickv_bench_prompts" "${common[@]}
 want context && run context_length "$BENCH/statickv_bench_context" "${common[@]}" "${context[@]}" "${typed[@]}" --json "$RESULTS/context_length.json"
 want write && run write_cost "$BENCH/statickv_bench_write" "${common[@]}" "${write[@]}" "${typed[@]}" --json "$RESULTS/write_cost.json"
 want memory && run memory "$BENCH/statickv_bench_memory" --json "$RESULTS/memory.json"
+want serving && run serving "$BENCH/statickv_bench_serving" "${common[@]}" "${serving[@]}" "${typed[@]}" --json "$RESULTS/serving.json"
 if ((hf)) && want hf; then
   if "$PY" -c 'import transformers' 2>/dev/null; then
     run hf_compare "$PY" "$STATICKV_ROOT/benchmarks/hf_compare.py" --exe "$BUILD_DIR/apps/statickv-serve" \
