@@ -132,17 +132,12 @@ class TokenizerSession final : public TextSession {
     }
   }
 
-  const std::vector<std::string>& questions() const override { return questions_; }
   const std::vector<std::vector<int64_t>>& prompt_ids() const override { return ids_; }
 
   reference::TokenCallback printer(Clock::time_point start) override {
     printer_ = std::make_unique<OrderedPrinter>(tok_, questions_, start);
     OrderedPrinter* p = printer_.get();
     return [p](int64_t row, int64_t id, bool last) { p->on_token(row, id, last); };
-  }
-
-  std::string decode(const std::vector<int64_t>& ids) const override {
-    return tok_.decode(ids, /*skip_special_tokens=*/true);
   }
 
  private:

@@ -46,17 +46,13 @@ class TextSession {
   static std::unique_ptr<TextSession> open(const std::string& checkpoint, const TextFlags& flags);
   virtual ~TextSession() = default;
 
-  /// The questions as given (before any template) and their token ids.
-  virtual const std::vector<std::string>& questions() const = 0;
+  /// The prompts' token ids (after the chat template, with --chat).
   virtual const std::vector<std::vector<int64_t>>& prompt_ids() const = 0;
 
   /// A token callback for one Generator::generate call that started at
   /// `start`: prints each answer in prompt order, streamed, then its
   /// statistics line. The session must outlive the call.
   virtual reference::TokenCallback printer(std::chrono::steady_clock::time_point start) = 0;
-
-  /// The text printed for `ids` of one row (what the stream adds up to).
-  virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
 };
 
 }  // namespace statickv::demo

@@ -2,7 +2,9 @@
 
 #include <statickv/cache.hpp>
 #include <statickv/reference/generate.hpp>
+
 #include <statickv/reference/prompt_cache.hpp>
+#include "sampling.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
@@ -51,13 +53,7 @@ std::vector<int64_t> pick(const at::Tensor& logits, const GenerateOptions& optio
   if (options.temperature <= 0.0) {
     chosen = logits.argmax(-1).cpu();
   } else {
-    at::Tensor scaled = logits.cpu().div(options.temperature);
-    if (options.top_k > 0 && options.top_k < scaled.size(-1)) {
-      const at::Tensor kth =
-          std::get<0>(scaled.topk(options.top_k, -1)).narrow(-1, options.top_k - 1, 1);
-      scaled = scaled.masked_fill(scaled.lt(kth), -std::numeric_limits<float>::infinity());
-    }
-    chosen = at::multinomial(at::softmax(scaled, -1), 1, false, generator).view(-1);
+    chosen = detail::sample_tokens(logits, options.temperature, options.top_k, generator);
   }
   return std::vector<int64_t>(chosen.data_ptr<int64_t>(),
                               chosen.data_ptr<int64_t>() + chosen.numel());

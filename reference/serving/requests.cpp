@@ -3,11 +3,12 @@
 
 #include "state.hpp"
 
+#include "../generation/sampling.hpp"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
 
 #include <cmath>
-#include <limits>
 
 namespace statickv::reference {
 
@@ -84,14 +85,10 @@ Active checked_request(Request request, const ModelConfig& model, int64_t max_le
 int64_t pick_token(Active& row, const at::Tensor& logits, int64_t greedy) {
   const Sampling& s = row.request.sampling;
   if (s.temperature <= 0.0) return greedy;
-  // The ops of Generator's pick on a one-row batch [1, vocab], so a request
-  // draws what generating it alone with the same seed draws.
-  at::Tensor scaled = logits.view({1, -1}).cpu().div(s.temperature);
-  if (s.top_k > 0 && s.top_k < scaled.size(-1)) {
-    const at::Tensor kth = std::get<0>(scaled.topk(s.top_k, -1)).narrow(-1, s.top_k - 1, 1);
-    scaled = scaled.masked_fill(scaled.lt(kth), -std::numeric_limits<float>::infinity());
-  }
-  return at::multinomial(at::softmax(scaled, -1), 1, false, row.generator).item<int64_t>();
+  // Generator's sampling on a one-row batch [1, vocab], so a request draws
+  // what generating it alone with the same seed draws.
+  return detail::sample_tokens(logits.view({1, -1}), s.temperature, s.top_k, row.generator)
+      .item<int64_t>();
 }
 
 Completion complete(Active& row, Finish finish, ServeClock::time_point now) {
