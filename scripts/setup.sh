@@ -15,6 +15,7 @@ BUILD_DIR=${STATICKV_BUILD_DIR:-$STATICKV_ROOT/build}
 need=(cmake g++ ninja-build catch2 nlohmann-json3-dev clang-format gnuplot-nox)
 need+=(libre2-dev)  # <re2/re2.h>, which pytorch-tokenizers' headers include (reference/tokenizer)
 need+=(python3-dev)  # Python's headers, which Inductor compiles against (the Python package's tests)
+need+=(libgloo-dev)  # Gloo headers for c10d's ProcessGroupGloo.hpp (tensor parallelism; docs/tensor_parallel.md)
 # Callers add their own needs (scripts/test.sh: clang and libclang-rt-dev for libFuzzer).
 # shellcheck disable=SC2206  # a space-separated list of package names
 need+=(${STATICKV_EXTRA_PACKAGES:-})
