@@ -9,6 +9,7 @@
 #include <statickv/layers.hpp>
 #include <statickv/mask.hpp>
 #include <statickv/row_state.hpp>
+#include <statickv/sharding.hpp>
 #include <statickv/step.hpp>
 #include <statickv/varlen.hpp>
 #include <statickv/version.hpp>

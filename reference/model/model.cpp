@@ -48,10 +48,13 @@ at::Tensor inverse_frequencies(const RopeConfig& rope, int64_t head_dim) {
 
 }  // namespace
 
-LlamaModel::LlamaModel(ModelConfig config, Weights weights)
-    : config_(std::move(config)), weights_(std::move(weights)), device_(at::kCPU) {
+LlamaModel::LlamaModel(ModelConfig config, Weights weights, TpShard tp)
+    : config_(std::move(config)), weights_(std::move(weights)), device_(at::kCPU), tp_(tp) {
   config_.validate();
-  for (const auto& [name, shape] : expected_parameters(config_)) {
+  const TensorParallel where{tp_.comm ? tp_.comm->rank() : 0, tp_.comm ? tp_.comm->world() : 1,
+                             tp_.vocab_parallel};
+  plan_ = plan_tensor_parallel(config_, where);
+  for (const auto& [name, shape] : expected_parameters(config_, plan_)) {
     auto it = weights_.find(name);
     TORCH_CHECK(it != weights_.end(), "weights: expected parameter ", name, " but it is missing");
     TORCH_CHECK(it->second.sizes() == at::IntArrayRef(shape), "weights[", name,
@@ -89,14 +92,15 @@ LlamaModel::LlamaModel(ModelConfig config, Weights weights)
     layers_.push_back(std::move(layer));
   }
   final_norm_ = weights_.at(kFinalNorm);
-  lm_head_ = config_.tie_word_embeddings ? embed_ : weights_.at(kLmHead);
+  lm_head_ = config_.tie_word_embeddings ? embed_.narrow(0, plan_.vocab_first, plan_.vocab)
+                                         : weights_.at(kLmHead);
   inv_freq_ = inverse_frequencies(config_.rope, config_.head_dim).to(device_);
 }
 
 CacheConfig LlamaModel::cache_config(int64_t max_batch, int64_t max_len) const {
   CacheConfig c;
   c.num_layers = config_.num_hidden_layers;
-  c.num_kv_heads = config_.num_key_value_heads;
+  c.num_kv_heads = plan_.kv.count;
   c.head_dim = config_.head_dim;
   c.max_batch = max_batch;
   c.max_len = max_len;
@@ -130,11 +134,8 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& position
               " (as ids) but got ", positions.sizes());
   detail::check_device("ids", ids, device_, " (the model's)");
   detail::check_device("positions", positions, device_, " (the model's)");
+  if (tp_.comm && tp_.check_divergence) check_same_step(ids, attend_len, logits);
   const int64_t b = ids.size(0);
-  const int64_t q = ids.size(1);
-  const int64_t heads = config_.num_attention_heads;
-  const int64_t kv_heads = config_.num_key_value_heads;
-  const int64_t d = config_.head_dim;
 
   backend.begin(positions, attend_len);
   // Padded tokens get position 0 for the rotary embedding; their outputs are
@@ -143,20 +144,8 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& position
   at::Tensor x = at::embedding(embed_, ids);  // [b, q, hidden]
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     const Layer& layer = layers_[static_cast<size_t>(l)];
-    const at::Tensor h = rms_norm(x, layer.input_norm);
-    at::Tensor query =
-        project(h, layer.q_proj, layer.q_bias).view({b, q, heads, d}).transpose(1, 2);
-    at::Tensor key =
-        project(h, layer.k_proj, layer.k_bias).view({b, q, kv_heads, d}).transpose(1, 2);
-    const at::Tensor value =
-        project(h, layer.v_proj, layer.v_bias).view({b, q, kv_heads, d}).transpose(1, 2);
-    query = query.mul(cos).add(rotate_half(query).mul(sin));
-    key = key.mul(cos).add(rotate_half(key).mul(sin));
-    const at::Tensor attn = backend.attend(l, query, key, value);  // [b, heads, q, d]
-    x = x.add(project(attn.transpose(1, 2).reshape({b, q, heads * d}), layer.o_proj, layer.o_bias));
-    const at::Tensor g = rms_norm(x, layer.post_norm);
-    x = x.add(project(at::silu(project(g, layer.gate_proj)).mul(project(g, layer.up_proj)),
-                      layer.down_proj));
+    x = x.add(attention(layer, l, rms_norm(x, layer.input_norm), cos, sin, backend));
+    x = x.add(mlp(layer, rms_norm(x, layer.post_norm)));
   }
   if (logits == Logits::kLast) {
     // argmax picks the first of equal maxima: with distinct positions, the
@@ -164,7 +153,59 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& position
     const at::Tensor last = positions.argmax(1).view({b, 1, 1}).expand({b, 1, x.size(2)});
     x = x.gather(1, last).squeeze(1);  // [b, hidden]
   }
-  return project(rms_norm(x, final_norm_), lm_head_).to(at::kFloat);
+  return lm_head(rms_norm(x, final_norm_));
+}
+
+// Self-attention of this rank's heads (all of them in a single process);
+// o_proj is row-parallel, so its bias is added once, after the sum.
+at::Tensor LlamaModel::attention(const Layer& layer, int64_t l, const at::Tensor& h,
+                                 const at::Tensor& cos, const at::Tensor& sin,
+                                 AttentionBackend& backend) const {
+  const int64_t b = h.size(0), q = h.size(1), d = config_.head_dim;
+  const int64_t heads = plan_.q_heads, kv_heads = plan_.kv.count;
+  at::Tensor query = project(h, layer.q_proj, layer.q_bias).view({b, q, heads, d}).transpose(1, 2);
+  at::Tensor key = project(h, layer.k_proj, layer.k_bias).view({b, q, kv_heads, d}).transpose(1, 2);
+  const at::Tensor value =
+      project(h, layer.v_proj, layer.v_bias).view({b, q, kv_heads, d}).transpose(1, 2);
+  query = query.mul(cos).add(rotate_half(query).mul(sin));
+  key = key.mul(cos).add(rotate_half(key).mul(sin));
+  const at::Tensor attn = backend.attend(l, query, key, value);  // [b, heads, q, d]
+  const at::Tensor flat = attn.transpose(1, 2).reshape({b, q, heads * d});
+  if (!tp_.comm) return project(flat, layer.o_proj, layer.o_bias);
+  at::Tensor out = reduce(project(flat, layer.o_proj));
+  return layer.o_bias.defined() ? out.add(layer.o_bias) : out;
+}
+
+// SwiGLU over this rank's columns; down_proj is row-parallel.
+at::Tensor LlamaModel::mlp(const Layer& layer, const at::Tensor& g) const {
+  return reduce(project(at::silu(project(g, layer.gate_proj)).mul(project(g, layer.up_proj)),
+                        layer.down_proj));
+}
+
+// float32 logits over the whole vocabulary on every rank.
+at::Tensor LlamaModel::lm_head(const at::Tensor& x) const {
+  const at::Tensor local = project(x, lm_head_).to(at::kFloat);
+  if (!tp_.comm || !tp_.vocab_parallel) return local;
+  return tp_.comm->all_gather_last(local.contiguous());
+}
+
+at::Tensor LlamaModel::reduce(at::Tensor partial) const {
+  if (!tp_.comm) return partial;
+  partial = partial.contiguous();
+  tp_.comm->all_reduce_sum(partial);
+  return partial;
+}
+
+// One int64 per pass: its number and shape. A rank that skipped, repeated or
+// reshaped a pass differs from the others here, before any collective of
+// the pass could pair mismatched tensors.
+void LlamaModel::check_same_step(const at::Tensor& ids, int64_t attend_len, Logits logits) const {
+  int64_t fingerprint = steps_++;
+  for (int64_t part : {ids.size(0), ids.size(1), attend_len, static_cast<int64_t>(logits)}) {
+    fingerprint = fingerprint * 1000003 + part;
+  }
+  tp_.comm->check_same("LlamaModel::forward (pass number, batch, query length, attend_len)",
+                       fingerprint);
 }
 
 }  // namespace statickv::reference
