@@ -39,6 +39,7 @@ struct Options {
   double temperature = 0.0;
   bool no_compare = false, print_ids = false, eager = false, ignore_eos = false;
   demo::TextFlags text;
+  apps::TpFlags tp;
 };
 
 // Flags that would be silently ignored, or that contradict each other, are
@@ -62,6 +63,19 @@ void check_combinations(Options& o, const apps::Flags& flags) {
           std::string(flag) +
           ": expected a static or hybrid --cache (it saves a cache row) but got dynamic");
     }
+  }
+  for (const auto& [flag, file] :
+       {std::pair<const char*, const std::string&>{"--save-prompt", o.save_prompt},
+        {"--load-prompt", o.load_prompt}}) {
+    if (!file.empty() && (o.tp.tp > 1 || std::getenv("WORLD_SIZE") != nullptr)) {
+      throw FlagError(std::string(flag) +
+                      ": expected no prompt-cache file with --tp (each rank holds only its kv "
+                      "heads of the row)");
+    }
+  }
+  if (o.tp.tp > 1 && !o.eager && apps::parse_device(o.device).is_cuda()) {
+    throw FlagError("--tp: expected --eager with --tp " + std::to_string(o.tp.tp) +
+                    " on cuda (NCCL collectives inside captured CUDA graphs are not supported)");
   }
   if (!o.load_prompt.empty() && !std::filesystem::is_regular_file(o.load_prompt)) {
     throw FlagError("--load-prompt: expected an existing file but got '" + o.load_prompt + "'");
@@ -89,6 +103,7 @@ Options parse(int argc, char** argv) {
   Options o;
   apps::Flags flags("statickv-demo", "the reference decoder through statickv's caches");
   apps::add_model_flags(flags, &o.checkpoint, &o.shape);
+  apps::add_tp_flags(flags, &o.tp);
   flags.add_device(&o.device);
   flags.add_dtype(&o.dtype, at::kBFloat16);
   flags.add_threads(&o.threads);
@@ -299,28 +314,27 @@ struct Loaded {
   std::unique_ptr<demo::TextSession> text;  ///< text prompts: their tokenizer
 };
 
-Loaded load(const Options& o, at::Device device, at::ScalarType dtype) {
+Loaded load(const Options& o, const apps::TpRole& role, at::ScalarType dtype) {
   Loaded out;
   if (!o.prompt_ids.empty()) out.prompts = parse_prompts(o.prompt_ids);
   if (o.text.given()) {
     out.text = demo::TextSession::open(o.checkpoint, o.text);
     out.prompts = out.text->prompt_ids();
   }
-  auto prepare = [&](const ModelConfig& config) {
-    check_against_model(o, config, out.prompts);
-    if (out.prompts.empty()) out.prompts = random_prompts(o, config.vocab_size);
-  };
-  if (!o.checkpoint.empty()) {
-    Checkpoint ckpt = load_checkpoint(o.checkpoint, dtype, device);
-    prepare(ckpt.config);
-    out.model = std::make_unique<LlamaModel>(ckpt.config, std::move(ckpt.weights));
-    out.source = o.checkpoint;
-  } else {
-    const ModelConfig config = named_config(o.shape);
-    prepare(config);
-    out.model = std::make_unique<LlamaModel>(
-        config, random_weights(config, static_cast<uint64_t>(o.seed), dtype, device));
-    out.source = o.shape + " (random weights, seed " + std::to_string(o.seed) + ")";
+  // A named shape's prompts are checked before any weights are made; a
+  // checkpoint's once its config (and generation_config) is read.
+  if (o.checkpoint.empty()) check_against_model(o, named_config(o.shape), out.prompts);
+  Checkpoint ckpt =
+      apps::load_model_weights(o.checkpoint, o.shape, o.seed, role, role.device, dtype);
+  if (!o.checkpoint.empty()) check_against_model(o, ckpt.config, out.prompts);
+  if (out.prompts.empty()) out.prompts = random_prompts(o, ckpt.config.vocab_size);
+  out.model = std::make_unique<LlamaModel>(ckpt.config, std::move(ckpt.weights), role.shard);
+  out.source = o.checkpoint.empty()
+                   ? o.shape + " (random weights, seed " + std::to_string(o.seed) + ")"
+                   : o.checkpoint;
+  if (role.tp.world > 1) {
+    out.source += fmt::format(" | tensor-parallel rank {} of {}{}", role.tp.rank, role.tp.world,
+                              role.tp.vocab_parallel ? ", vocab-parallel LM head" : "");
   }
   return out;
 }
@@ -427,9 +441,11 @@ GenerateResult run_session(const Options& o, const Loaded& run, Generator& sessi
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
   apps::set_threads(o.threads);
-  const at::Device device = apps::parse_device(o.device);
+  const apps::TpRole role = apps::start_tp(o.tp, argc, argv, apps::parse_device(o.device));
+  if (role.launcher_status) return *role.launcher_status;  // --tp N: the ranks have run
+  const at::Device device = role.device;
   const at::ScalarType dtype = apps::parse_dtype(o.dtype, device, at::kBFloat16);
-  const Loaded run = load(o, device, dtype);
+  const Loaded run = load(o, role, dtype);
   for (const auto& [flag, file] :
        {std::pair<const char*, const std::string&>{"--save-prompt", o.save_prompt},
         {"--load-prompt", o.load_prompt}}) {

@@ -30,6 +30,7 @@ struct Options {
   int64_t max_batch = 8, max_len = 0, prefill_chunk = 0, token_budget = 0, seed = 0;
   int threads = 0;
   bool eager = false;
+  apps::TpFlags tp;
 };
 
 Options parse(int argc, char** argv) {
@@ -38,6 +39,7 @@ Options parse(int argc, char** argv) {
                     "continuous-batching server: JSON lines in (requests), one JSON line out per "
                     "finished request");
   apps::add_model_flags(flags, &o.checkpoint, &o.shape);
+  apps::add_tp_flags(flags, &o.tp);
   flags.add("--seed N", &o.seed, "random weights of --shape", /*min=*/0);
   flags.add_device(&o.device);
   flags.add_dtype(&o.dtype, at::kBFloat16);
@@ -74,20 +76,21 @@ Options parse(int argc, char** argv) {
   if (!o.checkpoint.empty() && flags.given("--shape")) {
     throw FlagError("--shape: expected no --shape with --checkpoint (the checkpoint has its own)");
   }
+  if (o.tp.tp > 1 && !o.eager && apps::parse_device(o.device).is_cuda()) {
+    throw FlagError("--tp: expected --eager with --tp " + std::to_string(o.tp.tp) +
+                    " on cuda (NCCL collectives inside captured CUDA graphs are not supported)");
+  }
   if (!o.checkpoint.empty() && flags.given("--seed")) {
     throw FlagError("--seed: expected no --seed with --checkpoint (it seeds random weights)");
   }
   return o;
 }
 
-std::unique_ptr<LlamaModel> load_model(const Options& o, at::Device device, at::ScalarType dtype) {
-  if (!o.checkpoint.empty()) {
-    Checkpoint ckpt = load_checkpoint(o.checkpoint, dtype, device);
-    return std::make_unique<LlamaModel>(std::move(ckpt.config), std::move(ckpt.weights));
-  }
-  const ModelConfig config = named_config(o.shape);
-  return std::make_unique<LlamaModel>(
-      config, random_weights(config, static_cast<uint64_t>(o.seed), dtype, device));
+std::unique_ptr<LlamaModel> load_model(const Options& o, const apps::TpRole& role,
+                                       at::ScalarType dtype) {
+  Checkpoint ckpt =
+      apps::load_model_weights(o.checkpoint, o.shape, o.seed, role, role.device, dtype);
+  return std::make_unique<LlamaModel>(std::move(ckpt.config), std::move(ckpt.weights), role.shard);
 }
 
 SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) {
@@ -158,19 +161,28 @@ void report(const Scheduler& engine) {
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
   if (o.threads > 0) at::set_num_threads(o.threads);
-  const at::Device device = apps::parse_device(o.device);
-  const at::ScalarType dtype = apps::parse_dtype(o.dtype, device, at::kBFloat16);
   if (!o.checkpoint.empty() && !std::filesystem::is_directory(o.checkpoint)) {
     throw FlagError("--checkpoint: expected a directory but got '" + o.checkpoint + "'");
   }
+  const apps::TpRole role = apps::start_tp(o.tp, argc, argv, apps::parse_device(o.device));
+  if (role.launcher_status) return *role.launcher_status;  // --tp N: the ranks have served
+  const at::ScalarType dtype = apps::parse_dtype(o.dtype, role.device, at::kBFloat16);
   serve::TextCodec codec = text_codec(o);
-  const std::unique_ptr<LlamaModel> model = load_model(o, device, dtype);
+  const std::unique_ptr<LlamaModel> model = load_model(o, role, dtype);
   Scheduler engine(*model, scheduler_options(o, model->config()));
   engine.warm_up();  // after this no arrival pattern captures again
-  serve::LineReader input(std::cin);
+  serve::LineReader reader(std::cin);
+  auto local = std::make_unique<serve::LocalInput>(reader);
+  std::unique_ptr<serve::Input> input;
+  if (role.shard.comm) {  // every rank takes rank 0's lines (stdin of the others is unread)
+    input = std::make_unique<serve::SharedInput>(std::move(local), role.shard.comm,
+                                                 /*max_wait_s=*/2.0);
+  } else {
+    input = std::move(local);
+  }
   serve::Server server(engine, std::move(codec), std::cout);
-  server.run(input);
-  report(engine);
+  server.run(*input);
+  if (role.tp.rank == 0) report(engine);
   return 0;
 } catch (...) {
   return apps::fail("statickv-serve");

@@ -13,6 +13,12 @@ import sys
 # (program, arguments, substrings the error message must contain)
 CASES = [
     # statickv-demo: the acceptance list of issue #12, then one case per kind of check.
+    # Tensor parallelism (model_flags.hpp: one home for both programs).
+    ("statickv-demo", ["--tp", "0"], ["--tp: expected an integer in [1, 64] but got 0"]),
+    ("statickv-demo", ["--vocab-parallel"], ["--vocab-parallel: expected --tp N > 1"]),
+    ("statickv-demo", ["--tp-check"], ["--tp-check: expected --tp N > 1"]),
+    ("statickv-serve", ["--tp", "65"], ["--tp: expected an integer in [1, 64] but got 65"]),
+    ("statickv-serve", ["--vocab-parallel"], ["--vocab-parallel: expected --tp N > 1"]),
     ("statickv-demo", ["--temperature", "1e999"],
      ["--temperature: expected a finite number >= 0 but got 1e999"]),
     ("statickv-demo", ["--temperature", "0.5garbage"],
