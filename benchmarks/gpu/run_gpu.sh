@@ -102,6 +102,9 @@ have() { [ -x "$1" ] || { echo "== missing $1 (not built)"; return 1; }; }
 if ((!dry)); then
   have "$BUILD/tests/statickv_cuda_tests" &&
     stage cuda_tests 30 150 "$BUILD/tests/statickv_cuda_tests" "[cuda]" --durations yes
+  # Tensor parallelism, world 1 through NCCL (docs/tensor_parallel.md): seconds.
+  have "$BUILD/tests/tp/statickv_tp_cuda_tests" &&
+    stage tp_cuda_tests 15 60 "$BUILD/tests/tp/statickv_tp_cuda_tests" "[cuda]" --durations yes
 fi
 # compute-sanitizer memcheck over the [memcheck] subset of the [cuda] tests
 # (the cache and attention tests with max_len <= 256, eager: the varlen
