@@ -196,16 +196,23 @@ at::Tensor LlamaModel::reduce(at::Tensor partial) const {
   return partial;
 }
 
-// One int64 per pass: its number and shape. A rank that skipped, repeated or
-// reshaped a pass differs from the others here, before any collective of
-// the pass could pair mismatched tensors.
+// One int64 per pass: its number, shape and a checksum of its tokens. A
+// rank that skipped, repeated, reshaped or fed other tokens to a pass
+// differs from the others here, before any collective of the pass could
+// pair mismatched tensors. (Reading the checksum syncs with the device:
+// this is a debug check.)
 void LlamaModel::check_same_step(const at::Tensor& ids, int64_t attend_len, Logits logits) const {
-  int64_t fingerprint = steps_++;
-  for (int64_t part : {ids.size(0), ids.size(1), attend_len, static_cast<int64_t>(logits)}) {
-    fingerprint = fingerprint * 1000003 + part;
+  const at::Tensor flat = ids.reshape({-1});
+  const int64_t checksum =
+      flat.mul(at::arange(1, flat.numel() + 1, flat.options())).sum().item<int64_t>();
+  uint64_t fingerprint = static_cast<uint64_t>(steps_++);  // unsigned: wraps, never overflows
+  for (int64_t part :
+       {ids.size(0), ids.size(1), attend_len, static_cast<int64_t>(logits), checksum}) {
+    fingerprint = fingerprint * 1000003u + static_cast<uint64_t>(part);
   }
-  tp_.comm->check_same("LlamaModel::forward (pass number, batch, query length, attend_len)",
-                       fingerprint);
+  tp_.comm->check_same(
+      "LlamaModel::forward (pass number, batch, query length, attend_len, token checksum)",
+      static_cast<int64_t>(fingerprint));
 }
 
 }  // namespace statickv::reference

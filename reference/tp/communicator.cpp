@@ -81,9 +81,10 @@ void ProcessGroupCommunicator::broadcast_bytes(std::string& bytes) {
 }
 
 void ProcessGroupCommunicator::check_same(const char* what, int64_t value) {
-  // max(v) and max(-v) in one all-reduce: equal on every rank iff all agree.
+  // max(v) and max(~v) = ~min(v) in one all-reduce: equal on every rank iff
+  // all agree (~v, unlike -v, never overflows).
   std::vector<at::Tensor> tensors{
-      at::tensor(std::vector<int64_t>{value, -value}, at::TensorOptions(at::kLong)).to(device_)};
+      at::tensor(std::vector<int64_t>{value, ~value}, at::TensorOptions(at::kLong)).to(device_)};
   c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp::MAX;
   try {
@@ -92,7 +93,7 @@ void ProcessGroupCommunicator::check_same(const char* what, int64_t value) {
     collective_failed("the divergence check", rank_, world_, e);
   }
   const at::Tensor host = tensors[0].cpu();
-  const int64_t largest = host[0].item<int64_t>(), smallest = -host[1].item<int64_t>();
+  const int64_t largest = host[0].item<int64_t>(), smallest = ~host[1].item<int64_t>();
   TORCH_CHECK(largest == smallest, "tensor parallel: ranks diverged at ", what, ": rank ", rank_,
               " of ", world_, " has ", value, ", the ranks range from ", smallest, " to ", largest,
               " (Note [ranks issue identical steps], docs/design.md)");

@@ -121,3 +121,19 @@ TEST_CASE("a rank that dies mid-step makes every rank exit non-zero with an erro
   CHECK(run.output.find("rank 1 exited with status 2") != std::string::npos);
   CHECK(run.seconds < 30);
 }
+
+TEST_CASE("ranks that diverge are caught by the step check before any all-reduce", "[tp]") {
+  // Rank 1's last prompt is longer: its first pass has another query
+  // length, which the per-pass fingerprint compares across ranks.
+  const Run run = run_worker("--checkpoint " + checkpoint("mistral") + " --out " +
+                             out_file("diverge") + " --tp 2 --diverge-rank 1");
+  INFO(run.output);
+  CHECK(run.status != 0);
+  for (const char* rank : {"rank 0 of 2", "rank 1 of 2"}) {
+    CHECK(run.output.find(std::string("ranks diverged at LlamaModel::forward (pass number, batch, "
+                                      "query length, attend_len, token checksum): ") +
+                          rank) != std::string::npos);
+  }
+  CHECK(run.output.find("all_reduce failed") == std::string::npos);
+  CHECK(run.seconds < 30);
+}

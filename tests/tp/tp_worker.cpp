@@ -6,6 +6,7 @@
 //
 // --fail-rank R --fail-at K: rank R raises (or with --die, exits at once
 // without unwinding) at its K-th all-reduce, in the middle of a step.
+// --diverge-rank R: rank R decodes a longer last prompt than the others.
 
 #include <statickv/apps/flags.hpp>
 #include <statickv/reference/generate.hpp>
@@ -22,7 +23,7 @@ namespace {
 
 struct Options {
   std::string checkpoint, out;
-  int64_t tp = 1, fail_rank = -1, fail_at = 0, max_new_tokens = 8;
+  int64_t tp = 1, fail_rank = -1, fail_at = 0, max_new_tokens = 8, diverge_rank = -1;
   bool vocab_parallel = false, die = false;
 };
 
@@ -64,6 +65,8 @@ Options parse(int argc, char** argv) {
   flags.add("--fail-rank", &o.fail_rank, "rank that fails on purpose (-1: none)", -1, 63);
   flags.add("--fail-at", &o.fail_at, "the all-reduce it fails at", 0, 1000000);
   flags.add_switch("--die", &o.die, "fail by exiting at once instead of raising");
+  flags.add("--diverge-rank", &o.diverge_rank,
+            "rank whose last prompt is longer (breaks the rank contract; -1: none)", -1, 63);
   flags.add_switch("--vocab-parallel", &o.vocab_parallel, "vocabulary-parallel LM head");
   flags.parse(argc, argv);
   return o;
@@ -91,6 +94,8 @@ void run(const Options& o, const std::optional<sr::Rendezvous>& where) {
     const at::Tensor ids = at::randint(ckpt.config.vocab_size, {len}, at::kLong);
     prompts.emplace_back(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + len);
   }
+  // Past the next prompt-length bucket (16), so the first pass's shape differs.
+  if (where && where->rank == o.diverge_rank) prompts[2].resize(17, 1);
   sr::GenerateOptions options;
   options.max_new_tokens = o.max_new_tokens;
   options.stop_at_eos = false;
