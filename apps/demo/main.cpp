@@ -411,7 +411,8 @@ GenerateResult run_session(const Options& o, const Loaded& run, Generator& sessi
   GenerateResult result;
   if (stream) {
     fmt::print("\n");
-    result = generate(0, run.text->printer(std::chrono::steady_clock::now()));
+    const auto stop_ids = o.ignore_eos ? std::vector<int64_t>{} : run.model->config().eos_token_ids;
+    result = generate(0, run.text->printer(std::chrono::steady_clock::now(), stop_ids));
   } else {
     result = generate(0, nullptr);
   }
