@@ -196,6 +196,23 @@ else
   echo "== hf_compare: SKIPPED (no transformers for $PY: run prep.sh --hf-wheels <python version>)"
 fi
 
+# The seed scenarios from Python (statickv.hf; mode="reduce-overhead" on
+# CUDA), after everything else: the package is built against this machine's
+# torch first (a minute or two), and the stage runs only with time to spare.
+if "$PY" -c 'import transformers' 2>/dev/null && (($(left) > 200)); then
+  if ! "$PY" -c 'import statickv' 2>/dev/null; then
+    echo "== building the Python package into /tmp/statickv-py"
+    MAX_JOBS=$(nproc) timeout 150 "$PY" -m pip install -q --no-build-isolation --no-deps \
+      --target /tmp/statickv-py . >"$RES/python_build.txt" 2>&1 &&
+      export PYTHONPATH="/tmp/statickv-py:${PYTHONPATH:-}"
+  fi
+  seedargs=(--new-tokens 16 --seed-prompt-buckets "32")
+  ((dry)) && seedargs=(--new-tokens 4 --compile-backend eager)  # plumbing only
+  "$PY" -c 'import statickv' 2>/dev/null &&
+    stage hf_seeds 120 240 "$PY" benchmarks/hf_compare.py --parts seeds --device "$DEV" \
+      "${seedargs[@]}" --workdir /tmp/statickv-hf --json "$RES/hf_seeds.json"
+fi
+
 "$PY" benchmarks/report.py "$RES" --title "statickv on $DEV ($(date -u +%F))" &&
   cp "$RES/REPORT.md" "$OUT/REPORT.md"
 tar -C "$ROOT/results" -czf "$OUT/gpu_results.tar.gz" gpu
