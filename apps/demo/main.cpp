@@ -478,6 +478,12 @@ int main(int argc, char** argv) try {
   const int64_t chunk = options.cache == CacheKind::kDynamic
                             ? (o.prefill_chunk > 0 ? std::min(o.prefill_chunk, max_len) : max_len)
                             : prefill_chunk_of(*run.model, rows, max_len, o.prefill_chunk);
+  if (o.spec.speculate > 0 && o.spec.speculate + 1 > chunk) {
+    throw FlagError(fmt::format(
+        "--speculate: expected N + 1 <= {} (the cache's max_chunk: a verification step carries "
+        "N + 1 tokens; raise --prefill-chunk) but got --speculate {}",
+        chunk, o.spec.speculate));
+  }
   print_header(o, run, device, dtype, static_cast<int64_t>(longest), chunk, compare);
 
   // Each cache kind runs in its own session, warmed up by one untimed call:
