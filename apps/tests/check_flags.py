@@ -178,6 +178,9 @@ CASES = [
      ["--max-len: expected at least --max-prompt + --max-new = 384 but got 100"]),
     ("statickv_bench_serving", ["--shape", "tiny-qwen2"], ["--shape: expected", "'tiny-qwen2'"]),
     ("statickv_bench_serving", ["--trace-out", ""], ["--trace-out: expected a value but got ''"]),
+    # statickv_bench_speculative
+    ("statickv_bench_speculative", ["--max-new", "1"], ["--max-new: expected an integer >= 2"]),
+    ("statickv_bench_speculative", ["--shape", "tiny-qwen2"], ["--shape: expected", "'tiny-qwen2'"]),
 ]
 
 # pytorch-tokenizers' module prints this as a program linking statickv::tokenizer
