@@ -89,7 +89,9 @@ def package_key(args):
     for source in (HERE / "export.py", HERE / "decoder.py"):
         h.update(source.read_bytes())
     h.update(importlib.metadata.version("torch").encode())
-    h.update(json.dumps({k: str(v) for k, v in sorted(vars(args).items()) if k != "out"}).encode())
+    # The checkpoint counts by its files' contents, not by its path.
+    settings = {k: str(v) for k, v in sorted(vars(args).items()) if k not in ("out", "checkpoint")}
+    h.update(json.dumps(settings).encode())
     for f in sorted(args.checkpoint.glob("*")):
         if f.suffix in (".json", ".safetensors"):
             h.update(f.name.encode())
