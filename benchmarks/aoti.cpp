@@ -2,11 +2,13 @@
 // cache against the reference decoder on the same kind of cache, same
 // checkpoint, side by side in one process: a decode step (q = 1) and a
 // prefill chunk (q = --chunk), each at --context cached tokens for --batch
-// rows, measured interleaved. Prints ms per step and the ratio
+// rows, measured interleaved, fp32, on the CPU or (--device cuda, with a
+// package exported with --device cuda) a GPU. Prints ms per step and the ratio
 // AOTInductor : reference (below 1: the package is faster).
 //
 //   statickv_bench_aoti --checkpoint DIR --package FILE.pt2 [--max-batch N --max-len N
-//                       --max-chunk N] [--batch B] [--context N] [--chunk Q] [--threads N]
+//                       --max-chunk N] [--device D] [--batch B] [--context N] [--chunk Q]
+//                       [--threads N] [--json FILE]
 
 #include "bench_model.hpp"
 
@@ -24,7 +26,7 @@ using namespace statickv::bench;
 namespace {
 
 struct Options {
-  std::string checkpoint, package, json;
+  std::string checkpoint, package, json, device = "cpu";
   int64_t max_batch = 4, max_len = 40, max_chunk = 16, batch = 4, context = 24, chunk = 16;
   int rounds = 15, calls = 5, threads = 0;
 };
@@ -38,6 +40,7 @@ Options parse(int argc, char** argv) {
   flags.add("--max-batch N", &o.max_batch, "cache rows (as the package was built)", 1);
   flags.add("--max-len N", &o.max_len, "cache capacity (as the package was built)", 2);
   flags.add("--max-chunk N", &o.max_chunk, "sliding caches: max_chunk (as built)", 1);
+  flags.add_device(&o.device);
   flags.add("--batch N", &o.batch, "live rows", 1);
   flags.add("--context N", &o.context, "tokens cached before each step", 1);
   flags.add("--chunk N", &o.chunk, "prefill chunk length", 1);
@@ -61,10 +64,11 @@ struct StepInputs {
   int64_t attend = 0;
 };
 
-StepInputs step_inputs(int64_t batch, int64_t start, int64_t q, int64_t vocab) {
+StepInputs step_inputs(int64_t batch, int64_t start, int64_t q, int64_t vocab,
+                       const at::Device& device) {
   StepInputs s;
-  s.ids = at::randint(vocab, {batch, q}, at::kLong);
-  s.positions = at::arange(start, start + q, at::kLong).repeat({batch, 1});
+  s.ids = at::randint(vocab, {batch, q}, at::kLong).to(device);
+  s.positions = at::arange(start, start + q, at::kLong).repeat({batch, 1}).to(device);
   s.attend = start + q;
   return s;
 }
@@ -75,7 +79,8 @@ int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
   set_threads(o.threads);
   c10::InferenceMode inference;
-  reference::Checkpoint ckpt = reference::load_checkpoint(o.checkpoint, at::kFloat, at::kCPU);
+  const at::Device device = parse_device(o.device);
+  reference::Checkpoint ckpt = reference::load_checkpoint(o.checkpoint, at::kFloat, device);
   const reference::LlamaModel model(ckpt.config, std::move(ckpt.weights));
   CacheConfig config = model.cache_config(o.max_batch, o.max_len);
   if (config.has_type(LayerType::kSliding)) config.max_chunk = o.max_chunk;
@@ -86,8 +91,8 @@ int main(int argc, char** argv) try {
   aoti::PackageDecoder decoder(o.package, aoti_cache);
   const int64_t vocab = model.config().vocab_size;
   // Each call rewrites the same positions, so the cached length stays put.
-  const StepInputs decode = step_inputs(o.batch, o.context, 1, vocab);
-  const StepInputs prefill = step_inputs(o.batch, o.context, o.chunk, vocab);
+  const StepInputs decode = step_inputs(o.batch, o.context, 1, vocab, device);
+  const StepInputs prefill = step_inputs(o.batch, o.context, o.chunk, vocab, device);
   auto reference_step = [&](const StepInputs& s) {
     return [&] { model.forward(s.ids, s.positions, backend, s.attend); };
   };
@@ -98,11 +103,11 @@ int main(int argc, char** argv) try {
                                          {"aoti decode", aoti_step(decode)},
                                          {"reference prefill", reference_step(prefill)},
                                          {"aoti prefill", aoti_step(prefill)}};
-  const std::vector<Stats> s = measure_interleaved(variants, at::kCPU, o.rounds, o.calls, 3);
-  std::printf("%s, batch %lld, context %lld, threads %d (%s)\n", o.package.c_str(),
+  const std::vector<Stats> s = measure_interleaved(variants, device, o.rounds, o.calls, 3);
+  std::printf("%s, batch %lld, context %lld, %s, threads %d (%s)\n", o.package.c_str(),
               static_cast<long long>(o.batch), static_cast<long long>(o.context),
-              at::get_num_threads(), cpu_model().c_str());
-  Json json = {{"environment", environment(at::kCPU)}, {"command", command_line(argc, argv)}};
+              device.str().c_str(), at::get_num_threads(), cpu_model().c_str());
+  Json json = {{"environment", environment(device)}, {"command", command_line(argc, argv)}};
   for (size_t i = 0; i < variants.size(); ++i) {
     std::printf("  %-18s %8.3f ms/step (p10 %.3f, p90 %.3f)\n", variants[i].name.c_str(),
                 s[i].median * 1e3, s[i].p10 * 1e3, s[i].p90 * 1e3);

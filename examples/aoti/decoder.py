@@ -23,14 +23,20 @@ says statickv's own loader reads it.
 """
 
 import json
-import math
+import os
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-import statickv  # noqa: F401  (registers torch.ops.statickv.cache_write)
+# torch.ops.statickv.cache_write: from the C++ operator library when
+# STATICKV_OPS_LIBRARY names it (libstatickv_ops.so of a CMake build, for a
+# machine without the Python package), else from the Python package.
+if os.environ.get("STATICKV_OPS_LIBRARY"):
+    torch.ops.load_library(os.environ["STATICKV_OPS_LIBRARY"])
+else:
+    import statickv  # noqa: F401
 
 LAYER_TYPES = ("full", "sliding")
 

@@ -3,7 +3,7 @@
 it with AOTInductor into one .pt2 package (docs/aoti.md).
 
 usage: export.py --checkpoint DIR --out FILE.pt2 [--max-batch 4] [--max-len 64]
-                 [--max-chunk 16] [--dtype float32] [--device cpu]
+                 [--max-chunk 16] [--dtype float32] [--device cpu] [--threads N]
 
 One program serves every step: the batch (1..max_batch), the query length
 (1..max_chunk: decode and prefill chunks) and the attended length of the full
@@ -46,7 +46,12 @@ def parse():
     p.add_argument("--max-chunk", type=int, default=16)
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--threads", type=int, default=0,
+                   help="CPU: OpenMP threads of the generated kernels (Inductor writes the "
+                        "count into the code: num_threads(N)); 0 = torch's default here")
     args = p.parse_args()
+    if args.threads < 0:
+        p.error(f"--threads: expected >= 0 but got {args.threads}")
     for flag in ("max_batch", "max_len", "max_chunk"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')}: expected >= 1 but got {getattr(args, flag)}")
@@ -140,6 +145,8 @@ def main():
     sys.path.insert(0, str(HERE))
     from decoder import Decoder
 
+    if args.threads:
+        torch.set_num_threads(args.threads)  # what Inductor's CPU kernels are written for
     dtype, device = getattr(torch, args.dtype), torch.device(args.device)
     model = Decoder(args.checkpoint, dtype).to(device).eval()
     inputs, dynamic = example_inputs(model, args, dtype, device)
