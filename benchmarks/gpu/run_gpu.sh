@@ -21,7 +21,8 @@
 # tests, compute-sanitizer memcheck of the [memcheck] tests, model decode (batch prefix, graphs, bandwidth), SmolLM2-shaped
 # decode at batch 1, 8 and 64, prompt lengths,
 # context length, write cost, attention-stack decode, memory (the short
-# ones), continuous vs static batching, then the Hugging Face comparison with whatever is left (its
+# ones), continuous vs static batching, an AOTInductor package vs the
+# reference decoder (benchmarks/gpu/aoti.sh), then the Hugging Face comparison with whatever is left (its
 # torch.compile parts stop at a deadline).
 #
 #   --dry-run   on a CPU machine: skip the build (use $STATICKV_BUILD_DIR or
@@ -177,6 +178,11 @@ if ! "$PY" -c 'import transformers' 2>/dev/null && ls .devdeps/wheels/transforme
   # shellcheck disable=SC2086  # one package name per word
   "$PY" -m pip install -q --no-index --no-deps --find-links .devdeps/wheels \
     --target /tmp/statickv-hf-py $pkgs && export PYTHONPATH="/tmp/statickv-hf-py:${PYTHONPATH:-}"
+fi
+# An AOTInductor package (compiled here, for this device; its checkpoint is
+# made by transformers) vs the reference decoder.
+if "$PY" -c 'import transformers' 2>/dev/null && have "$B/statickv_bench_aoti"; then
+  stage aoti 90 180 bash benchmarks/gpu/aoti.sh "$PY" "$BUILD" "$DEV" "$RES"
 fi
 # Hugging Face's continuous batching on the trace the serving stage replayed.
 if "$PY" -c 'import transformers' 2>/dev/null && [ -f "$RES/serving_trace.json" ]; then
