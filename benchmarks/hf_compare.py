@@ -59,8 +59,11 @@ mode="reduce-overhead" on CUDA):
                 its first call's batch), model.generate; dynamo's recompile
                 limit raised to 64 so it can finish
   statickv      one statickv.hf.StaticKVCache for both scenarios' calls,
-                statickv.hf.generate, batch buckets {1, 2, 4}, prompt
-                buckets {32, 64, 96, 128}, the default recompile limit (8)
+                statickv.hf.generate, batch buckets {1, 2, 4}, the default
+                recompile limit (8); one run per prompt-bucket set of
+                --seed-prompt-buckets (default "32,64,96,128;32": four
+                length buckets, then one 32-token chunk that prefills every
+                length in chunks, so one prefill graph serves them all)
 Reported: total seconds, per-request seconds (the first request at each new
 length), graphs compiled, graph breaks, and whether the tokens are equal.
 
@@ -537,8 +540,6 @@ def seed_scenarios(args, directory, device, dtype, entry, save):
     """The two seed scenarios end to end, compile time included: transformers'
     StaticCache (fresh per call) against one statickv.hf.StaticKVCache, both
     with the forward compiled by the user."""
-    import statickv.hf  # the Python package (pip install --no-build-isolation .)
-
     max_len = 128 + args.new_tokens  # the largest prompt bucket, then the new tokens
     inputs = seed_inputs(hf_config(entry["shape"]).vocab_size, args.seed, 48, args.new_tokens)
     # transformers recompiles per batch size and prompt length: past dynamo's
@@ -554,34 +555,51 @@ def seed_scenarios(args, directory, device, dtype, entry, save):
                                     device) for name, rows in inputs.items()}
     del hf
     torch._dynamo.config.recompile_limit = 8
+    hf_ids = {name: run.pop("outputs") for name, run in hf_runs.items()}
+    entry["seeds"] = {name: {"hf_static": hf_runs[name], "statickv": {}} for name in inputs}
+    for buckets in args.seed_prompt_buckets:
+        sk_runs = statickv_seed_runs(args, directory, device, dtype, max_len, buckets, inputs)
+        label = ",".join(map(str, buckets))
+        for name in inputs:
+            entry["seeds"][name]["statickv"][label] = seed_side(hf_runs[name], hf_ids[name],
+                                                                sk_runs[name])
+        save()
+    print_seeds(entry["seeds"])
+
+
+def statickv_seed_runs(args, directory, device, dtype, max_len, prompt_buckets, inputs):
+    """Both scenarios on one fresh StaticKVCache with these prompt buckets,
+    from a clean dynamo state (a fresh model, so nothing compiled carries over)."""
+    import statickv.hf  # the Python package (pip install --no-build-isolation .)
+
     model = compile_forward(load_hf(directory, dtype, device, compiled=False), device,
-                         args.compile_backend)
+                            args.compile_backend)
     cache = statickv.hf.StaticKVCache(model.config, max_batch_size=4, max_cache_len=max_len,
                                       device=device, dtype=dtype, batch_buckets=[1, 2, 4],
-                                      prompt_buckets=[32, 64, 96, 128])
-    sk_runs = {name: timed_requests(
+                                      prompt_buckets=prompt_buckets)
+    return {name: timed_requests(
         lambda ids, n: statickv.hf.generate(model, cache, ids, max_new_tokens=n), rows, device)
         for name, rows in inputs.items()}
-    entry["seeds"] = {name: seed_row(hf_runs[name], sk_runs[name]) for name in inputs}
-    print_seeds(entry["seeds"])
-    save()
 
 
-def seed_row(hf, sk):
-    same = all(torch.equal(a, b) for a, b in zip(hf.pop("outputs"), sk.pop("outputs")))
-    return {"hf_static": hf, "statickv": sk, "same_tokens": same,
-            "speedup_total": hf["total_s"] / sk["total_s"]}
+def seed_side(hf, hf_ids, sk):
+    """One statickv run against transformers' run of the same requests."""
+    sk["same_tokens"] = all(torch.equal(a, b) for a, b in zip(hf_ids, sk.pop("outputs")))
+    sk["speedup_total"] = hf["total_s"] / sk["total_s"]
+    return sk
 
 
 def print_seeds(rows):
     print("\n  seed scenarios (compile time included)      total s  graphs  breaks", flush=True)
     for name, row in rows.items():
-        for side in ("hf_static", "statickv"):
-            r = row[side]
+        sides = [("hf_static", row["hf_static"])]
+        sides += [(f"statickv buckets {label}", r) for label, r in row["statickv"].items()]
+        for side, r in sides:
             print(f"  {name:11s} {side:28s} {r['total_s']:8.1f}  {r['graphs']:6d}  "
                   f"{r['graph_breaks']:6d}")
-        print(f"  {name:11s} statickv faster in total: {row['speedup_total']:.1f}x; "
-              f"same tokens: {row['same_tokens']}")
+        for label, r in row["statickv"].items():
+            print(f"  {name:11s} statickv (buckets {label}) faster in total: "
+                  f"{r['speedup_total']:.1f}x; same tokens: {r['same_tokens']}")
 
 
 def main():
@@ -610,6 +628,9 @@ def main():
     parser.add_argument("--no-compile", action="store_true", help="CUDA: skip the torch.compile runs")
     parser.add_argument("--compile-backend", default="inductor",
                         help="seeds: torch.compile backend (inductor; eager or aot_eager to test)")
+    parser.add_argument("--seed-prompt-buckets", default="32,64,96,128;32",
+                        type=lambda v: [[int(n) for n in b.split(",")] for b in v.split(";") if b],
+                        help="seeds: statickv's prompt buckets, one run per ';'-separated set")
     parser.add_argument("--deadline-s", type=float, default=0, help="stop optional parts after this")
     parser.add_argument("--json", default="", help="write results here")
     parser.add_argument("--cuda-parts-on-cpu", action="store_true",

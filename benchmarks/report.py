@@ -6,6 +6,7 @@ usage: report.py [RESULTS_DIR] [--title TEXT] [--plots-only]
 Reads whichever of these RESULTS_DIR holds (scripts/demo.sh writes them):
   decode_step.json  model_decode.json  prompt_lengths.json  context_length.json
   write_cost.json   memory.json        hf_compare.json   hf_seeds.json   serving.json
+  speculative.json
   hf_smollm2.json   smollm2_agreement.json   smollm2_decode_b8.json  smollm2_decode_b64.json
 and chat.txt (statickv-demo's SmolLM2 answers, shown as printed), and writes
 RESULTS_DIR/REPORT.md: one section per benchmark with its table,
@@ -318,20 +319,32 @@ def serving(d, plots):
                "per-token p99 ms"], rows)])
 
 
+def speculative(d, plots):
+    rows = [[v["variant"], f"{v['tokens_per_s']['median']:.1f}", rt(v["vs_plain"]),
+             f"{100 * v['acceptance_rate']:.1f}%", f"{v['tokens_per_verify_step']:.2f}",
+             "yes" if v["identical_to_plain"] else "NO"] for v in d["variants"]]
+    return "\n\n".join([
+        f"Speculative decoding against plain greedy decoding, one prompt at a time, "
+        f"{d['rounds']} interleaved rounds (BENCHMARKS.md item 11). Workload: {d['workload']}.",
+        table(["variant", "decode tokens/s", "vs plain", "acceptance", "tokens per step",
+               "tokens identical to plain"], rows)])
+
+
 def hf_seeds(d, plots):
     rows = []
     for e in d["shapes"]:
         for name, row in e.get("seeds", {}).items():
-            hf, sk = row["hf_static"], row["statickv"]
-            rows.append([e["shape"], name, f"{hf['total_s']:.1f}", hf["graphs"],
-                         f"{sk['total_s']:.1f}", sk["graphs"], f"{row['speedup_total']:.1f}x",
-                         row["same_tokens"]])
+            hf = row["hf_static"]
+            for buckets, sk in row["statickv"].items():
+                rows.append([e["shape"], name, f"{hf['total_s']:.1f}", hf["graphs"], buckets,
+                             f"{sk['total_s']:.1f}", sk["graphs"], f"{sk['speedup_total']:.1f}x",
+                             sk["same_tokens"]])
     return "\n\n".join([
         "The two seed scenarios end to end, compile time included (hf_compare.py --parts "
         "seeds): transformers' StaticCache fresh per call against one statickv.hf.StaticKVCache, "
         f"both with the forward compiled; {d['new_tokens']} new tokens per request.",
-        table(["shape", "scenario", "hf total s", "hf graphs", "statickv total s",
-               "statickv graphs", "statickv faster", "same tokens"], rows)])
+        table(["shape", "scenario", "hf total s", "hf graphs", "statickv prompt buckets",
+               "statickv total s", "statickv graphs", "statickv faster", "same tokens"], rows)])
 
 
 SECTIONS = [
@@ -345,6 +358,7 @@ SECTIONS = [
     ("write_cost", "Cache write cost per layer per step", write_cost),
     ("memory", "Memory: hybrid vs all-full", memory),
     ("serving", "Continuous batching vs static batching", serving),
+    ("speculative", "Speculative decoding vs plain decoding", speculative),
     ("hf_smollm2", "SmolLM2-135M against Hugging Face transformers", hf_smollm2),
     ("smollm2_agreement", "SmolLM2: bf16 and fp16 answers against fp32", smollm2_agreement),
     ("smollm2_decode_b8", "SmolLM2-135M shape (random weights): decode at batch 1 and 8",

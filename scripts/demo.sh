@@ -12,7 +12,7 @@
 #   --device     auto (default: cuda when LibTorch sees a GPU), cpu or cuda
 #   --dtype T    fp32, fp16 or bf16 for every benchmark (default: each one's own)
 #   --threads N  CPU threads for LibTorch and the Hugging Face side (default: all)
-#   --only LIST  comma-separated subset of: chat,smollm2,model,decode,prompts,context,hf,write,memory,serving
+#   --only LIST  comma-separated subset of: chat,smollm2,model,decode,prompts,context,hf,write,memory,serving,speculative
 #                (chat: the SmolLM2 questions; smollm2: SmolLM2 against transformers;
 #                agreement: bf16/fp16 answers against fp32, always in --full)
 #   --no-hf      skip the Hugging Face comparison
@@ -78,6 +78,7 @@ if [ "$device" = cuda ]; then
     hfargs=(--shapes llama-3.2-1b --prompt-len 128 --new-tokens 64 --rounds 5 --new-lengths 37,150,300,700,1000)
     smollm2=(--batches 1,8,64 --new-tokens 64 --rounds 5)
     serving=(--shape llama-3.2-1b --dtype bf16 --requests 200 --rate 30 --max-batch 16 --max-len 1024 --max-prompt 512 --max-new 256)
+    speculative=(--rounds 5 --max-new 96)
   else
     model=(--shape llama-3.2-1b --dtype bf16 --context 1024 --max-len 2048 --rounds 10 --calls 5)
     decode=(--rounds 15 --calls 5)
@@ -87,6 +88,7 @@ if [ "$device" = cuda ]; then
     hfargs=(--shapes llama-3.2-1b --prompt-len 64 --new-tokens 32 --rounds 3 --new-lengths 37,300)
     smollm2=(--batches 1,8 --new-tokens 32 --rounds 3)
     serving=(--shape llama-3.2-1b --dtype bf16 --requests 64 --rate 30 --max-batch 16 --max-len 1024 --max-prompt 256 --max-new 128)
+    speculative=(--rounds 2 --max-new 64)
   fi
 else
   if [ "$mode" = full ]; then
@@ -98,6 +100,7 @@ else
     hfargs=(--shapes tiny,llama-3.2-1b --prompt-len 32 --new-tokens 8 --rounds 7)
     smollm2=(--batches 1,8 --new-tokens 32 --rounds 5 --compile)
     serving=(--shape small --requests 200 --rate 20)
+    speculative=(--rounds 5 --max-new 96)
   else
     model=(--shape small --context 1024 --max-len 2048 --rounds 10 --calls 3)
     decode=(--rounds 25 --calls 3)
@@ -107,6 +110,7 @@ else
     hfargs=(--shapes tiny --prompt-len 64 --new-tokens 32 --rounds 5)
     smollm2=(--batches 1,8 --new-tokens 16 --rounds 2)
     serving=(--shape tiny --requests 40 --rate 20)
+    speculative=(--rounds 2 --max-new 64)
   fi
 fi
 
@@ -132,6 +136,11 @@ want context && run context_length "$BENCH/statickv_bench_context" "${common[@]}
 want write && run write_cost "$BENCH/statickv_bench_write" "${common[@]}" "${write[@]}" "${typed[@]}" --json "$RESULTS/write_cost.json"
 want memory && run memory "$BENCH/statickv_bench_memory" --json "$RESULTS/memory.json"
 want serving && run serving "$BENCH/statickv_bench_serving" "${common[@]}" "${serving[@]}" "${typed[@]}" --json "$RESULTS/serving.json"
+# Speculative decoding: SmolLM2 repeating passages (answers copy the prompt)
+# when it is converted, else a tiny random model (no copying; see BENCHMARKS.md item 11).
+spec_model=(--shape tiny)
+[ -f "$SMOLLM2/convert.stamp.json" ] && spec_model=(--checkpoint "$SMOLLM2")
+want speculative && run speculative "$BENCH/statickv_bench_speculative" "${common[@]}" "${spec_model[@]}" "${speculative[@]}" "${typed[@]}" --json "$RESULTS/speculative.json"
 if ((hf)) && want hf; then
   if "$PY" -c 'import transformers' 2>/dev/null; then
     run hf_compare "$PY" "$STATICKV_ROOT/benchmarks/hf_compare.py" --exe "$BUILD_DIR/apps/statickv-serve" \

@@ -27,7 +27,7 @@ if [ "${STATICKV_SANITIZERS:-1}" != 0 ]; then
     cmake -S . -B "$ASAN_DIR" "${cmake_args[@]}" -DCMAKE_BUILD_TYPE=Debug \
       "-DCMAKE_CXX_FLAGS_DEBUG=-O0 -g1" -DSTATICKV_SANITIZE=address,undefined \
       -DSTATICKV_BUILD_FUZZERS=ON -DSTATICKV_WITH_CUDA=OFF -DSTATICKV_BUILD_REFERENCE=OFF \
-      -DSTATICKV_BUILD_BENCHMARKS=OFF -DSTATICKV_BUILD_EXAMPLES=OFF -DSTATICKV_INSTALL=OFF \
+      -DSTATICKV_BUILD_BENCHMARKS=OFF -DSTATICKV_BUILD_EXAMPLES=OFF -DSTATICKV_BUILD_AOTI=OFF -DSTATICKV_INSTALL=OFF \
       >"$ASAN_DIR/configure.log" 2>&1 ||
       { tail -40 "$ASAN_DIR/configure.log"; rm -f "$ASAN_DIR/CMakeCache.txt"; exit 1; }
   fi
@@ -47,7 +47,7 @@ if [ "$FUZZ_SECONDS" != 0 ]; then
     cmake -S . -B "$FUZZ_DIR" "${cmake_args[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_COMPILER=clang++ -DSTATICKV_BUILD_FUZZERS=ON -DSTATICKV_WITH_CUDA=OFF \
       -DSTATICKV_BUILD_REFERENCE=OFF -DSTATICKV_BUILD_BENCHMARKS=OFF \
-      -DSTATICKV_BUILD_EXAMPLES=OFF -DSTATICKV_INSTALL=OFF >"$FUZZ_DIR/configure.log" 2>&1 ||
+      -DSTATICKV_BUILD_EXAMPLES=OFF -DSTATICKV_BUILD_AOTI=OFF -DSTATICKV_INSTALL=OFF >"$FUZZ_DIR/configure.log" 2>&1 ||
       { tail -40 "$FUZZ_DIR/configure.log"; rm -f "$FUZZ_DIR/CMakeCache.txt"; exit 1; }
   fi
   # One libFuzzer target per file of tests/fuzz, each from its own corpus

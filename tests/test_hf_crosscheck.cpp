@@ -6,12 +6,10 @@
 // and must produce the same tokens and, within float32 rounding, the same
 // logits. STATICKV_HF_DIR names the directory make_reference.py wrote.
 
-#include "support.hpp"
+#include "support/hf.hpp"
 
 #include <statickv/reference/generate.hpp>
 
-#include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -25,63 +23,16 @@ using statickv::reference::GenerateResult;
 using statickv::reference::LlamaModel;
 using statickv::reference::ModelConfig;
 
-constexpr int64_t kMaxNewTokens = 8;  // as in make_reference.py
-constexpr int64_t kNumPrompts = 3;
+using statickv::test::HfExpected;
+constexpr int64_t kMaxNewTokens = statickv::test::kHfMaxNewTokens;
+constexpr int64_t kNumPrompts = statickv::test::kHfNumPrompts;
 // Both sides compute in float32 on the CPU; they differ only in the order of
 // operations (fused SDPA, batched ragged rows, ring slots).
 constexpr double kLogitTolerance = 1e-4;
 
-/// What transformers generated for each prompt of one model.
-struct Expected {
-  std::vector<std::vector<int64_t>> prompts;    // each [len]
-  std::vector<std::vector<int64_t>> generated;  // each [kMaxNewTokens]
-  std::vector<at::Tensor> logits;               // each [kMaxNewTokens, vocab] float32
-};
-
-std::vector<int64_t> to_ids(const at::Tensor& t) {
-  const at::Tensor ids = t.to(at::kLong).contiguous();
-  return std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
-}
-
-/// The directory of one model written by make_reference.py.
-std::string model_dir(const std::string& name) {
-  const char* root = std::getenv("STATICKV_HF_DIR");
-  if (root == nullptr || *root == '\0') {
-    FAIL(
-        "STATICKV_HF_DIR is not set: run tests/hf/make_reference.py OUT_DIR and point "
-        "STATICKV_HF_DIR at OUT_DIR (ctest's hf_crosscheck does both)");
-  }
-  const std::filesystem::path dir = std::filesystem::path(root) / name;
-  if (!std::filesystem::is_regular_file(dir / "expected.safetensors") ||
-      !std::filesystem::is_regular_file(dir / "config.json")) {
-    FAIL(dir.string() << " lacks config.json or expected.safetensors: run "
-                         "tests/hf/make_reference.py "
-                      << root);
-  }
-  return dir.string();
-}
-
-Expected read_expected(const std::string& dir) {
-  const statickv::reference::Weights tensors =
-      statickv::reference::read_safetensors(dir + "/expected.safetensors");
-  Expected expected;
-  for (int64_t i = 0; i < kNumPrompts; ++i) {
-    const std::string n = std::to_string(i);
-    INFO(dir << "/expected.safetensors");
-    REQUIRE(tensors.count("prompt_" + n) == 1);
-    REQUIRE(tensors.count("generated_" + n) == 1);
-    REQUIRE(tensors.count("logits_" + n) == 1);
-    expected.prompts.push_back(to_ids(tensors.at("prompt_" + n)));
-    expected.generated.push_back(to_ids(tensors.at("generated_" + n)));
-    expected.logits.push_back(tensors.at("logits_" + n).to(at::kFloat).contiguous());
-    REQUIRE(expected.generated.back().size() == static_cast<size_t>(kMaxNewTokens));
-  }
-  return expected;
-}
-
 /// Generates every prompt of `expected` as one ragged batch through each of
 /// `caches` and requires transformers' tokens and logits.
-void require_hugging_face_results(const Checkpoint& ckpt, const Expected& expected,
+void require_hugging_face_results(const Checkpoint& ckpt, const HfExpected& expected,
                                   const std::vector<CacheKind>& caches) {
   const LlamaModel model(ckpt.config, ckpt.weights);
   for (CacheKind cache : caches) {
@@ -115,7 +66,7 @@ struct HfModel {
 
 HfModel load_hf_model(const std::string& name) {
   HfModel m;
-  m.dir = model_dir(name);
+  m.dir = statickv::test::hf_model_dir(name);
   m.ckpt = statickv::reference::load_checkpoint(m.dir, at::kFloat, at::kCPU);
   return m;
 }
@@ -143,7 +94,7 @@ void require_hugging_face_results(const std::string& name, const Reading& readin
   CHECK(config.o_proj_bias == reading.o_bias);
   std::vector<CacheKind> caches = {CacheKind::kHybrid, CacheKind::kDynamic};
   if (!config.has_sliding()) caches.insert(caches.begin(), CacheKind::kStatic);
-  require_hugging_face_results(m.ckpt, read_expected(m.dir), caches);
+  require_hugging_face_results(m.ckpt, statickv::test::read_hf_expected(m.dir), caches);
 }
 
 constexpr LayerType kFull = LayerType::kFull;

@@ -224,7 +224,10 @@ size_t first_difference(const std::vector<int64_t>& a, const std::vector<int64_t
 
 /// Each accepted request's completion against generating it alone; returns
 /// the smallest top-2 margin alone had at a greedy token it compared.
-double require_each_equals_alone(const LlamaModel& model, CacheKind cache, const TraceRun& run) {
+/// Under speculation (`exact_sampling` false) a sampled request keeps the
+/// distribution, not the draws: only its limits and stream are compared.
+double require_each_equals_alone(const LlamaModel& model, CacheKind cache, const TraceRun& run,
+                                 bool exact_sampling = true) {
   double smallest = std::numeric_limits<double>::infinity();
   Alone alone_session(model, cache);
   for (const Request& r : run.accepted) {
@@ -232,6 +235,11 @@ double require_each_equals_alone(const LlamaModel& model, CacheKind cache, const
                     << r.max_new_tokens);
     REQUIRE(run.completions.count(r.id) == 1);
     const Completion& c = run.completions.at(r.id);
+    if (!exact_sampling && r.sampling.temperature > 0) {
+      CHECK(c.tokens.size() <= static_cast<size_t>(r.max_new_tokens));
+      if (!c.tokens.empty()) CHECK(run.streamed.at(r.id) == c.tokens);
+      continue;
+    }
     const Reference alone = alone_session.generate(r);
     const size_t diff = first_difference(c.tokens, alone.tokens);
     const bool cancelled = c.finish == Finish::kCancelled;
@@ -260,7 +268,7 @@ double require_each_equals_alone(const LlamaModel& model, CacheKind cache, const
 }
 
 void require_trace_equals_alone(const std::string& shape, CacheKind cache, uint64_t seed,
-                                bool bucketed = true) {
+                                bool bucketed = true, int64_t speculate = 0) {
   // One intra-op thread: a model this small gains nothing from two, and
   // LibTorch's spinning workers slow a shared 2-core machine 10x or more.
   at::set_num_threads(1);
@@ -272,11 +280,13 @@ void require_trace_equals_alone(const std::string& shape, CacheKind cache, uint6
   options.prefill_chunk = 8;
   options.token_budget = 12;
   options.bucketed = bucketed;
+  options.speculate = speculate;
   Scheduler engine(model, options);
   engine.warm_up();
   const RunnerStats warm = engine.stats().runner;
   std::set<GraphKey> warm_keys;
   for (const KeyStats& k : warm.keys) warm_keys.insert(k.key);
+  const size_t warm_verify_keys = engine.stats().verify_runner.keys.size();
 
   TraceRun run;
   run_trace(engine, trace_requests(seed), run);
@@ -287,9 +297,13 @@ void require_trace_equals_alone(const std::string& shape, CacheKind cache, uint6
     INFO("runner key [" << k.key.batch << ", " << k.key.query_len << ", " << k.key.attend_len
                         << "], " << k.runs << " runs");
     CHECK(warm_keys.count(k.key) == 1);
-    full_decode = full_decode || (k.key.query_len == 1 && k.key.batch == 6 && k.runs > 0);
-    small_decode = small_decode || (k.key.query_len == 1 && k.key.batch <= 2 && k.runs > 0);
   }
+  // Decode calls: q = 1, or the verification runner's q = speculate + 1.
+  for (const KeyStats& k : (speculate > 0 ? stats.verify_runner : stats.runner).keys) {
+    full_decode = full_decode || (k.key.query_len == speculate + 1 && k.key.batch == 6 && k.runs);
+    small_decode = small_decode || (k.key.query_len == speculate + 1 && k.key.batch <= 2 && k.runs);
+  }
+  CHECK(stats.verify_runner.keys.size() == warm_verify_keys);
   CHECK(stats.runner.keys.size() == warm_keys.size());
   CHECK(stats.runner.captures == warm.captures);
   if (bucketed) {
@@ -307,7 +321,12 @@ void require_trace_equals_alone(const std::string& shape, CacheKind cache, uint6
   CHECK(stats.occupancy() <= 1.0);
   CHECK(stats.padded_fraction() < 1.0);
 
-  const double smallest = require_each_equals_alone(model, cache, run);
+  if (speculate > 0) {
+    CHECK(stats.speculation.verify_steps > 0);
+    CHECK(stats.speculation.accepted > 0);  // prompt lookup kept some drafts
+    CHECK(stats.speculation.accepted <= stats.speculation.drafted);
+  }
+  const double smallest = require_each_equals_alone(model, cache, run, speculate == 0);
   // The seeds are chosen so that no greedy pick alone is a near tie: a
   // difference in the last bits of fp32 cannot flip one.
   INFO("smallest top-2 margin of a greedy token generated alone: " << smallest);
@@ -324,5 +343,31 @@ TEST_CASE("serving a random arrival trace gives each request what generating it 
   }
   SECTION("static cache, eager steps at exact shapes (no GraphRunner)") {
     require_trace_equals_alone("tiny", CacheKind::kStatic, 5, /*bucketed=*/false);
+  }
+}
+
+TEST_CASE(
+    "under speculative decoding each greedy request still gets what generating it alone "
+    "gives",
+    "[serving][speculative]") {
+  // Prompt lookup, 3 drafts per row: one verification call of 4 tokens per
+  // row per step, rejected drafts rolled back (sampled requests: their limits).
+  SECTION("static cache") {
+    require_trace_equals_alone("tiny", CacheKind::kStatic, 5, /*bucketed=*/true, 3);
+  }
+  SECTION("hybrid cache, sliding window shorter than the prompts") {
+    require_trace_equals_alone("tiny-qwen2", CacheKind::kHybrid, 7, /*bucketed=*/true, 3);
+  }
+  SECTION("static cache, eager steps") {
+    require_trace_equals_alone("tiny", CacheKind::kStatic, 5, /*bucketed=*/false, 3);
+  }
+  SECTION("speculate + 1 must fit max_chunk") {
+    SchedulerOptions options;
+    options.max_len = kMaxLen;
+    options.prefill_chunk = 4;
+    options.speculate = 4;
+    const LlamaModel model = tiny_model("tiny");
+    statickv::test::require_error([&] { Scheduler engine(model, options); },
+                                  {"speculate + 1 = 5", "max_chunk=4", "prefill_chunk=4"});
   }
 }

@@ -40,6 +40,7 @@ struct Options {
   bool no_compare = false, print_ids = false, eager = false, ignore_eos = false;
   demo::TextFlags text;
   apps::TpFlags tp;
+  apps::SpeculationFlags spec;
 };
 
 // Flags that would be silently ignored, or that contradict each other, are
@@ -49,6 +50,8 @@ void check_combinations(Options& o, const apps::Flags& flags) {
     throw FlagError("--top-k: expected 0 without sampling (--temperature 0 is greedy) but got " +
                     std::to_string(o.top_k));
   }
+  apps::check_speculation_flags(o.spec, o.cache);
+  apps::check_tp_with_speculation(o.tp, o.spec);
   if (!o.checkpoint.empty() && flags.given("--shape")) {
     throw FlagError("--shape: expected no --shape with --checkpoint (the checkpoint has its own)");
   }
@@ -143,6 +146,7 @@ Options parse(int argc, char** argv) {
   flags.add("--load-prompt FILE", &o.load_prompt,
             "restore a --save-prompt file's row, whose ids must be a prefix of the prompt, and "
             "prefill only the rest (one prompt only)");
+  apps::add_speculation_flags(flags, &o.spec);
   flags.add_switch("--no-compare", &o.no_compare, "skip the DynamicCache comparison run");
   flags.add_switch("--print-ids", &o.print_ids, "print each prompt's generated ids on a line");
   flags.add_switch("--ignore-eos", &o.ignore_eos,
@@ -298,9 +302,16 @@ std::string bytes(int64_t n) {
   return fmt::format("{:.1f} KiB", b / 1024.0);
 }
 
-void report(const char* name, const GenerateResult& r, int64_t rows) {
+/// Tokens generated after each row's first (the decode phase's tokens).
+int64_t decode_tokens(const GenerateResult& r) {
+  int64_t n = 0;
+  for (const auto& row : r.tokens) n += std::max<int64_t>(0, static_cast<int64_t>(row.size()) - 1);
+  return n;
+}
+
+void report(const char* name, const GenerateResult& r) {
   const double ms = r.decode_steps > 0 ? r.decode_seconds * 1e3 / r.decode_steps : 0.0;
-  const double tps = r.decode_seconds > 0 ? rows * r.decode_steps / r.decode_seconds : 0.0;
+  const double tps = r.decode_seconds > 0 ? decode_tokens(r) / r.decode_seconds : 0.0;
   fmt::print("{:<8} prefill {:>9.2f} ms | decode {:>8.2f} ms/step {:>9.1f} tok/s | cache {}\n",
              name, r.prefill_seconds * 1e3, ms, tps, bytes(r.cache_bytes));
 }
@@ -365,6 +376,7 @@ GenerateOptions generate_options(const Options& o, const ModelConfig& config, bo
   options.cache = o.cache.empty() ? (config.has_sliding() ? CacheKind::kHybrid : CacheKind::kStatic)
                                   : parse_cache_kind(o.cache);
   options.on_step = o.text.given() ? nullptr : progress();  // text streams to stdout
+  options.speculate = o.spec.speculate;
   return options;
 }
 
@@ -390,6 +402,16 @@ void print_ids(const GenerateResult& result) {
   }
 }
 
+void print_speculation(const Options& o, const GenerateResult& r) {
+  const SpeculationStats& s = r.speculation;
+  fmt::print(
+      "speculation: {} drafts per step by {}; acceptance rate {:.1f}% ({} of {} drafts), {} "
+      "verification steps for {} tokens ({:.2f} per step)\n",
+      o.spec.speculate, apps::drafting_name(o.spec), 100.0 * s.acceptance_rate(), s.accepted,
+      s.drafted, s.verify_steps, decode_tokens(r),
+      s.verify_steps > 0 ? static_cast<double>(decode_tokens(r)) / s.verify_steps : 0.0);
+}
+
 // The main run for programs: prompt lengths, ids, prefill and decode times.
 void write_json(const std::string& path, const std::vector<std::vector<int64_t>>& prompts,
                 const GenerateResult& r) {
@@ -403,6 +425,12 @@ void write_json(const std::string& path, const std::vector<std::vector<int64_t>>
   out["decode_seconds"] = r.decode_seconds;
   out["decode_steps"] = r.decode_steps;
   out["cache_bytes"] = r.cache_bytes;
+  if (r.speculation.verify_steps > 0) {
+    out["speculation"] = {{"verify_steps", r.speculation.verify_steps},
+                          {"drafted", r.speculation.drafted},
+                          {"accepted", r.speculation.accepted},
+                          {"acceptance_rate", r.speculation.acceptance_rate()}};
+  }
   std::ofstream file(path);
   file << out.dump(1) << "\n";
   TORCH_CHECK(file.good(), "--json: could not write '", path, "'");
@@ -425,7 +453,8 @@ GenerateResult run_session(const Options& o, const Loaded& run, Generator& sessi
   GenerateResult result;
   if (stream) {
     fmt::print("\n");
-    result = generate(0, run.text->printer(std::chrono::steady_clock::now()));
+    const auto stop_ids = o.ignore_eos ? std::vector<int64_t>{} : run.model->config().eos_token_ids;
+    result = generate(0, run.text->printer(std::chrono::steady_clock::now(), stop_ids));
   } else {
     result = generate(0, nullptr);
   }
@@ -455,7 +484,10 @@ int main(int argc, char** argv) try {
     }
   }
   const bool compare = !o.no_compare && o.cache != "dynamic";
-  const GenerateOptions options = generate_options(o, run.model->config(), compare);
+  GenerateOptions options = generate_options(o, run.model->config(), compare);
+  const std::unique_ptr<LlamaModel> draft =
+      apps::load_draft_model(o.spec, dtype, device, static_cast<uint64_t>(o.seed));
+  options.draft_model = draft.get();
 
   size_t longest = 0;
   for (const auto& p : run.prompts) longest = std::max(longest, p.size());
@@ -464,6 +496,12 @@ int main(int argc, char** argv) try {
   const int64_t chunk = options.cache == CacheKind::kDynamic
                             ? (o.prefill_chunk > 0 ? std::min(o.prefill_chunk, max_len) : max_len)
                             : prefill_chunk_of(*run.model, rows, max_len, o.prefill_chunk);
+  if (o.spec.speculate > 0 && o.spec.speculate + 1 > chunk) {
+    throw FlagError(fmt::format(
+        "--speculate: expected N + 1 <= {} (the cache's max_chunk: a verification step carries "
+        "N + 1 tokens; raise --prefill-chunk) but got --speculate {}",
+        chunk, o.spec.speculate));
+  }
   print_header(o, run, device, dtype, static_cast<int64_t>(longest), chunk, compare);
 
   // Each cache kind runs in its own session, warmed up by one untimed call:
@@ -477,7 +515,8 @@ int main(int argc, char** argv) try {
     return run_session(o, run, session, opts.cache != CacheKind::kDynamic, warm_tokens, stream);
   };
   const GenerateResult main_run = timed(options, /*stream=*/run.text != nullptr);
-  report(to_string(options.cache), main_run, rows);
+  report(to_string(options.cache), main_run);
+  if (o.spec.speculate > 0) print_speculation(o, main_run);
   if (!o.load_prompt.empty()) {
     fmt::print("prompt cache: restored {} tokens from {} in {:.2f} ms, prefilled {}\n",
                main_run.restored_tokens, o.load_prompt, main_run.restore_seconds * 1e3,
@@ -489,8 +528,10 @@ int main(int argc, char** argv) try {
     dyn.cache = CacheKind::kDynamic;
     dyn.prefill_chunk = chunk;  // the same passes as the static/hybrid run
     dyn.on_step = nullptr;
+    dyn.speculate = 0;  // the plain decode it must equal
+    dyn.draft_model = nullptr;
     const GenerateResult baseline = timed(dyn, /*stream=*/false);
-    report("dynamic", baseline, rows);
+    report("dynamic", baseline);
     agree = report_comparison(to_string(options.cache), main_run, baseline, dtype,
                               /*greedy=*/o.temperature == 0.0);
   }

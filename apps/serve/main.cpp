@@ -31,6 +31,7 @@ struct Options {
   int threads = 0;
   bool eager = false;
   apps::TpFlags tp;
+  apps::SpeculationFlags spec;
 };
 
 Options parse(int argc, char** argv) {
@@ -59,6 +60,7 @@ Options parse(int argc, char** argv) {
   flags.add_switch("--eager", &o.eager,
                    "run steps at their exact shapes (default: the bucketed GraphRunner, CUDA "
                    "graphs on a GPU, every bucket captured at start)");
+  apps::add_speculation_flags(flags, &o.spec);
   flags.add("--threads N", &o.threads, "intra-op CPU threads (default 0: LibTorch's choice)",
             /*min=*/0);
   flags.add("--tokenizer DIR", &o.tokenizer,
@@ -73,6 +75,16 @@ Options parse(int argc, char** argv) {
       "\"error\",\n"
       "\"text\"). End of input drains the queue and exits 0; a refused flag exits 2.");
   flags.parse(argc, argv);
+  apps::check_speculation_flags(o.spec, o.cache);
+  apps::check_tp_with_speculation(o.tp, o.spec);
+  if (o.spec.draft_model()) {
+    // The Scheduler's rows move (copy_row, reorder); a draft cache would
+    // have to follow every move. Generator (statickv-demo) has draft models.
+    throw FlagError(
+        std::string(o.spec.draft_shape.empty() ? "--draft-checkpoint" : "--draft-shape") +
+        ": expected prompt-lookup drafting in statickv-serve (--speculate N alone); "
+        "draft models are statickv-demo's");
+  }
   if (!o.checkpoint.empty() && flags.given("--shape")) {
     throw FlagError("--shape: expected no --shape with --checkpoint (the checkpoint has its own)");
   }
@@ -123,6 +135,14 @@ SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) 
   }
   s.token_budget = o.token_budget > 0 ? o.token_budget : o.max_batch - 1 + chunk;
   s.bucketed = !o.eager;
+  s.speculate = o.spec.speculate;
+  const int64_t max_chunk = ShapeBuckets::powers_of_two(chunk).round_up(chunk);
+  if (s.speculate + 1 > max_chunk) {
+    throw FlagError(fmt::format(
+        "--speculate: expected N + 1 <= {} (the cache's max_chunk, from --prefill-chunk: a "
+        "verification step carries N + 1 tokens) but got --speculate {}",
+        max_chunk, s.speculate));
+  }
   return s;
 }
 
@@ -154,6 +174,14 @@ void report(const Scheduler& engine) {
                static_cast<long long>(s.mixed_steps), s.occupancy(), s.padded_fraction(),
                static_cast<long long>(s.runner.captures), static_cast<long long>(s.runner.replays),
                static_cast<long long>(s.runner.eager_runs));
+  if (engine.options().speculate == 0) return;
+  const SpeculationStats& spec = s.speculation;
+  std::fprintf(stderr,
+               "statickv-serve: speculation: %lld drafts per step by prompt lookup; acceptance "
+               "rate %.1f%% (%lld of %lld drafts) over %lld verification steps\n",
+               static_cast<long long>(engine.options().speculate), 100.0 * spec.acceptance_rate(),
+               static_cast<long long>(spec.accepted), static_cast<long long>(spec.drafted),
+               static_cast<long long>(spec.verify_steps));
 }
 
 }  // namespace

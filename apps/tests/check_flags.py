@@ -19,6 +19,8 @@ CASES = [
     ("statickv-demo", ["--tp-check"], ["--tp-check: expected --tp N > 1"]),
     ("statickv-serve", ["--tp", "65"], ["--tp: expected an integer in [1, 64] but got 65"]),
     ("statickv-serve", ["--vocab-parallel"], ["--vocab-parallel: expected --tp N > 1"]),
+    ("statickv-demo", ["--tp", "2", "--speculate", "2"],
+     ["--speculate: expected --speculate 0 with --tp 2", "got --speculate 2"]),
     ("statickv-demo", ["--temperature", "1e999"],
      ["--temperature: expected a finite number >= 0 but got 1e999"]),
     ("statickv-demo", ["--temperature", "0.5garbage"],
@@ -136,7 +138,24 @@ CASES = [
                                                   "got -1"]),
     ("statickv_bench_prompts", ["--max-len", "1"], ["--max-len: expected 0", ">= 2 but got 1"]),
     ("statickv_bench_prompts", ["--seed", "1e3"], ["--seed: expected an integer", "'1e3'"]),
+    # speculative decoding (model_flags.hpp: the same checks in both programs)
+    ("statickv-demo", ["--speculate", "-1"], ["--speculate: expected an integer >= 0 but got -1"]),
+    ("statickv-demo", ["--speculate", "2", "--cache", "dynamic"],
+     ["--speculate: expected --cache static or hybrid", "got --cache dynamic"]),
+    ("statickv-demo", ["--draft-shape", "tiny"],
+     ["--draft-shape: expected --speculate N >= 1", "got --speculate 0"]),
+    ("statickv-demo", ["--speculate", "2", "--draft-shape", "tiny", "--draft-checkpoint", "d"],
+     ["--draft-shape: expected no --draft-shape with --draft-checkpoint"]),
+    ("statickv-demo", ["--shape", "tiny-mistral", "--speculate", "8"],
+     ["--speculate: expected N + 1 <= 8", "--prefill-chunk", "got --speculate 8"]),
+    ("statickv-demo", ["--draft-shape", "llama-9"], ["--draft-shape: expected tiny,"]),
     # statickv-serve
+    ("statickv-serve", ["--speculate", "2", "--draft-shape", "tiny"],
+     ["--draft-shape: expected prompt-lookup drafting in statickv-serve"]),
+    ("statickv-serve", ["--draft-checkpoint", "d"],
+     ["--draft-checkpoint: expected --speculate N >= 1", "got --speculate 0"]),
+    ("statickv-serve", ["--speculate", "8", "--prefill-chunk", "4"],
+     ["--speculate: expected N + 1 <= 4", "got --speculate 8"]),
     ("statickv-serve", ["--max-batch", "0"], ["--max-batch: expected an integer >= 1 but got 0"]),
     ("statickv-serve", ["--max-len", "1"], ["--max-len: expected an integer in [2, 256]",
                                             "max_position_embeddings", "got 1"]),
@@ -167,6 +186,9 @@ CASES = [
      ["--max-len: expected at least --max-prompt + --max-new = 384 but got 100"]),
     ("statickv_bench_serving", ["--shape", "tiny-qwen2"], ["--shape: expected", "'tiny-qwen2'"]),
     ("statickv_bench_serving", ["--trace-out", ""], ["--trace-out: expected a value but got ''"]),
+    # statickv_bench_speculative
+    ("statickv_bench_speculative", ["--max-new", "1"], ["--max-new: expected an integer >= 2"]),
+    ("statickv_bench_speculative", ["--shape", "tiny-qwen2"], ["--shape: expected", "'tiny-qwen2'"]),
 ]
 
 # pytorch-tokenizers' module prints this as a program linking statickv::tokenizer

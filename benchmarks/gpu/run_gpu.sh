@@ -21,7 +21,8 @@
 # tests, compute-sanitizer memcheck of the [memcheck] tests, model decode (batch prefix, graphs, bandwidth), SmolLM2-shaped
 # decode at batch 1, 8 and 64, prompt lengths,
 # context length, write cost, attention-stack decode, memory (the short
-# ones), continuous vs static batching, then the Hugging Face comparison with whatever is left (its
+# ones), continuous vs static batching, an AOTInductor package vs the
+# reference decoder (benchmarks/gpu/aoti.sh), then the Hugging Face comparison with whatever is left (its
 # torch.compile parts stop at a deadline).
 #
 #   --dry-run   on a CPU machine: skip the build (use $STATICKV_BUILD_DIR or
@@ -181,6 +182,11 @@ if ! "$PY" -c 'import transformers' 2>/dev/null && ls .devdeps/wheels/transforme
   "$PY" -m pip install -q --no-index --no-deps --find-links .devdeps/wheels \
     --target /tmp/statickv-hf-py $pkgs && export PYTHONPATH="/tmp/statickv-hf-py:${PYTHONPATH:-}"
 fi
+# An AOTInductor package (compiled here, for this device; its checkpoint is
+# made by transformers) vs the reference decoder.
+if "$PY" -c 'import transformers' 2>/dev/null && have "$B/statickv_bench_aoti"; then
+  stage aoti 90 180 bash benchmarks/gpu/aoti.sh "$PY" "$BUILD" "$DEV" "$RES"
+fi
 # Hugging Face's continuous batching on the trace the serving stage replayed.
 if "$PY" -c 'import transformers' 2>/dev/null && [ -f "$RES/serving_trace.json" ]; then
   stage hf_serving 60 120 "$PY" benchmarks/hf_serving.py --trace "$RES/serving_trace.json" \
@@ -197,6 +203,23 @@ if "$PY" -c 'import transformers' 2>/dev/null && have "$BUILD/apps/statickv-serv
     --workdir /tmp/statickv-hf --json "$RES/hf_compare.json"
 else
   echo "== hf_compare: SKIPPED (no transformers for $PY: run prep.sh --hf-wheels <python version>)"
+fi
+
+# The seed scenarios from Python (statickv.hf; mode="reduce-overhead" on
+# CUDA), after everything else: the package is built against this machine's
+# torch first (a minute or two), and the stage runs only with time to spare.
+if "$PY" -c 'import transformers' 2>/dev/null && (($(left) > 200)); then
+  if ! "$PY" -c 'import statickv' 2>/dev/null; then
+    echo "== building the Python package into /tmp/statickv-py"
+    MAX_JOBS=$(nproc) timeout 150 "$PY" -m pip install -q --no-build-isolation --no-deps \
+      --target /tmp/statickv-py . >"$RES/python_build.txt" 2>&1 &&
+      export PYTHONPATH="/tmp/statickv-py:${PYTHONPATH:-}"
+  fi
+  seedargs=(--new-tokens 16 --seed-prompt-buckets "32")
+  ((dry)) && seedargs=(--new-tokens 4 --compile-backend eager)  # plumbing only
+  "$PY" -c 'import statickv' 2>/dev/null &&
+    stage hf_seeds 120 240 "$PY" benchmarks/hf_compare.py --parts seeds --device "$DEV" \
+      "${seedargs[@]}" --workdir /tmp/statickv-hf --json "$RES/hf_seeds.json"
 fi
 
 "$PY" benchmarks/report.py "$RES" --title "statickv on $DEV ($(date -u +%F))" &&

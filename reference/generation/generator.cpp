@@ -4,7 +4,8 @@
 #include <statickv/reference/generate.hpp>
 
 #include <statickv/reference/prompt_cache.hpp>
-#include "sampling.hpp"
+#include "call.hpp"
+#include "speculative_decode.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
@@ -35,6 +36,10 @@ const char* to_string(CacheKind kind) {
   return "unknown";
 }
 
+using detail::Call;
+using detail::host_tensor;
+using detail::Rows;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -42,26 +47,6 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start, const at::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize();
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Picks the next token of each row from logits [b, vocab] (float32, any
-// device). Greedy picks on the device and copies b ids back; sampling draws
-// on the host from the seeded CPU generator, so it is reproducible anywhere.
-std::vector<int64_t> pick(const at::Tensor& logits, const GenerateOptions& options,
-                          at::Generator& generator) {
-  at::Tensor chosen;
-  if (options.temperature <= 0.0) {
-    chosen = logits.argmax(-1).cpu();
-  } else {
-    chosen = detail::sample_tokens(logits, options.temperature, options.top_k, generator);
-  }
-  return std::vector<int64_t>(chosen.data_ptr<int64_t>(),
-                              chosen.data_ptr<int64_t>() + chosen.numel());
-}
-
-// A host int64 tensor [rows, cols] holding `values` (row-major).
-at::Tensor host_tensor(std::vector<int64_t> values, int64_t rows, int64_t cols) {
-  return at::tensor(values, at::TensorOptions().dtype(at::kLong)).view({rows, cols});
 }
 
 }  // namespace
@@ -75,11 +60,50 @@ struct Generator::State {
   std::unique_ptr<Cache> cache;
   std::unique_ptr<CacheBackend> cache_backend;
   std::unique_ptr<GraphRunner> prefill_runner, decode_runner;
+  std::unique_ptr<GraphRunner> verify_runner;  // speculation: q = speculate + 1
+  std::unique_ptr<Cache> draft_cache;          // draft-model drafting
+  std::unique_ptr<CacheBackend> draft_backend;
 };
+
+namespace {
+
+/// Speculation's options against the model and the cache kind (before any
+/// cache exists); max_chunk is checked once the cache is built.
+void check_speculation(const GenerateOptions& o, const LlamaModel& model, int64_t max_len) {
+  TORCH_CHECK(o.speculate >= 0, "speculate: expected >= 0 (0 = off) but got ", o.speculate);
+  TORCH_CHECK(o.lookup_ngram >= 1, "lookup_ngram: expected >= 1 but got ", o.lookup_ngram);
+  TORCH_CHECK(!o.draft_model || o.speculate > 0,
+              "draft_model: expected speculate >= 1 with a draft model but got speculate=0");
+  if (o.speculate == 0) return;
+  TORCH_CHECK(o.cache != CacheKind::kDynamic,
+              "speculate: expected cache=static or hybrid (rejected drafts are rolled back with "
+              "Cache::rollback) but got cache=dynamic");
+  TORCH_CHECK(o.speculate < max_len, "speculate: expected < max_len=", max_len, " but got ",
+              o.speculate);
+  if (!o.draft_model) return;
+  const ModelConfig& draft = o.draft_model->config();
+  TORCH_CHECK(draft.vocab_size == model.config().vocab_size,
+              "draft_model: expected vocab_size=", model.config().vocab_size,
+              " (the target's) but got ", draft.vocab_size);
+  TORCH_CHECK(o.draft_model->device() == model.device(), "draft_model: expected device ",
+              model.device(), " (the target's) but got ", o.draft_model->device());
+}
+
+/// The verification step of k drafts carries k + 1 query tokens per row:
+/// they must fit the cache's max_chunk (Note [ring rollback]).
+void check_verify_chunk(int64_t k, const Cache& cache, const char* which) {
+  const int64_t max_chunk = cache.config().effective_max_chunk();
+  TORCH_CHECK(k + 1 <= max_chunk, "speculate: expected speculate + 1 = ", k + 1,
+              " query tokens per verification step to fit the ", which,
+              " cache's max_chunk=", max_chunk, " (raise prefill_chunk) but got speculate=", k);
+}
+
+}  // namespace
 
 Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t max_batch,
                      int64_t max_len)
-    : state_(new State{model, std::move(options), max_batch, max_len, 0, {}, {}, {}, {}}) {
+    : state_(
+          new State{model, std::move(options), max_batch, max_len, 0, {}, {}, {}, {}, {}, {}, {}}) {
   c10::InferenceMode inference;
   State& s = *state_;
   const ModelConfig& config = model.config();
@@ -90,6 +114,7 @@ Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t m
   TORCH_CHECK(s.options.cache != CacheKind::kStatic || !config.has_sliding(),
               "cache: expected hybrid or dynamic for a model with sliding-window layers but got "
               "static");
+  check_speculation(s.options, model, max_len);
   s.chunk = s.options.prefill_chunk > 0 ? std::min(s.options.prefill_chunk, max_len) : max_len;
   if (s.options.cache == CacheKind::kDynamic) return;
 
@@ -102,6 +127,15 @@ Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t m
   }
   s.chunk = std::min(s.chunk, s.cache->config().effective_max_chunk());
   s.cache_backend = std::make_unique<CacheBackend>(*s.cache, s.options.kernel);
+  if (s.options.speculate > 0) check_verify_chunk(s.options.speculate, *s.cache, "target");
+  if (s.options.draft_model) {
+    // Any layer types; the target's max_chunk, so a verification step's
+    // rollback is exact in its rings too.
+    CacheConfig dc = s.options.draft_model->cache_config(max_batch, max_len);
+    dc.max_chunk = s.cache->config().effective_max_chunk();
+    s.draft_cache = std::make_unique<HybridCache>(dc);
+    s.draft_backend = std::make_unique<CacheBackend>(*s.draft_cache, s.options.kernel);
+  }
   if (!s.options.bucketed) return;
 
   // Bucketed runners: one forward per padded key, replayed as a CUDA graph on
@@ -138,6 +172,10 @@ Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t m
   ro.attend_buckets = attend_buckets;
   ro.query_buckets = ShapeBuckets::of({1});
   s.decode_runner = std::make_unique<GraphRunner>(inputs, step_of(Logits::kAll), ro);
+  if (s.options.speculate > 0) {
+    ro.query_buckets = ShapeBuckets::of({s.options.speculate + 1});
+    s.verify_runner = std::make_unique<GraphRunner>(inputs, step_of(Logits::kAll), ro);
+  }
   // Prefill keeps each row's last logits only: [B, vocab] per key.
   ro.query_buckets = prompt_buckets;
   ro.row_outputs = {0};
@@ -155,6 +193,7 @@ RunnerStats Generator::prefill_stats() const {
 }
 
 RunnerStats Generator::decode_stats() const {
+  if (state_->verify_runner) return state_->verify_runner->stats();
   return state_->decode_runner ? state_->decode_runner->stats() : RunnerStats{};
 }
 
@@ -203,61 +242,6 @@ std::vector<int64_t> check_prompts(const std::vector<std::vector<int64_t>>& prom
               new_tokens, " (longest prompt + max_new_tokens) but got ", max_len);
   return lens;
 }
-
-/// What one generate() call keeps per row: the tokens so far, whether the
-/// row is done, and (record_logits) each token's logits.
-struct Rows {
-  std::vector<std::vector<int64_t>> tokens;
-  std::vector<std::vector<at::Tensor>> logits;
-  std::vector<bool> done;
-
-  explicit Rows(size_t b) : tokens(b), logits(b), done(b, false) {}
-  bool all_done() const {
-    return std::all_of(done.begin(), done.end(), [](bool d) { return d; });
-  }
-};
-
-/// One generate() call: the model, the backend or runners its passes go
-/// through, and the sampling state. prefill / decode_one_token /
-/// decode_n_tokens below are its phases.
-struct Call {
-  const LlamaModel& model;
-  const GenerateOptions& options;
-  AttentionBackend* backend;  // eager passes
-  GraphRunner* prefill_runner;
-  GraphRunner* decode_runner;
-  int64_t new_tokens;
-  at::Generator generator;
-  const TokenCallback& on_token;
-
-  at::Tensor forward(GraphRunner* runner, const at::Tensor& ids, const at::Tensor& pos,
-                     int64_t attend, Logits which) const {
-    const at::Device device = model.device();
-    if (runner) return runner->run({ids.to(device), pos.to(device)}, attend)[0];
-    return model.forward(ids.to(device), pos.to(device), *backend, attend, which);
-  }
-
-  bool is_eos(int64_t id) const {
-    const auto& eos = model.config().eos_token_ids;
-    return std::find(eos.begin(), eos.end(), id) != eos.end();
-  }
-
-  /// Records each live row's next token from logits [b, vocab].
-  void accept(Rows& rows, const at::Tensor& row_logits) {
-    const std::vector<int64_t> next = pick(row_logits, options, generator);
-    const at::Tensor kept = options.record_logits ? row_logits.cpu() : at::Tensor();
-    for (size_t r = 0; r < rows.done.size(); ++r) {
-      if (rows.done[r]) continue;
-      rows.tokens[r].push_back(next[r]);
-      if (options.record_logits) rows.logits[r].push_back(kept[static_cast<int64_t>(r)].clone());
-      if (static_cast<int64_t>(rows.tokens[r].size()) >= new_tokens ||
-          (options.stop_at_eos && is_eos(next[r]))) {
-        rows.done[r] = true;
-      }
-      if (on_token) on_token(static_cast<int64_t>(r), next[r], rows.done[r]);
-    }
-  }
-};
 
 /// One prefill pass's inputs [b, q] (host) over prompt tokens
 /// [begin, begin + q), padded with position -1 past each prompt, and the
@@ -361,6 +345,27 @@ int64_t restore_prefix(Cache& cache, const PromptCache& cached, int64_t prompt_l
 
 }  // namespace
 
+SpeculationStats Generator::speculate(State& s, detail::Call& call, detail::Rows& rows,
+                                      const std::vector<std::vector<int64_t>>& prompts,
+                                      const std::vector<int64_t>& lens) {
+  detail::Speculator spec;
+  spec.k = s.options.speculate;
+  spec.ngram = s.options.lookup_ngram;
+  spec.cache = s.cache.get();
+  if (s.options.draft_model) {
+    // The draft model's cache starts fresh and holds each whole prompt.
+    s.draft_cache->reset_rows(at::arange(s.max_batch, at::TensorOptions().dtype(at::kLong)));
+    const Call draft{
+        *s.options.draft_model, s.options,      s.draft_backend.get(), nullptr, nullptr,
+        call.new_tokens,        call.generator, call.on_token};
+    prefill(draft, prompts, lens, s.draft_cache->config().effective_max_chunk());
+    spec.draft_model = s.options.draft_model;
+    spec.draft_cache = s.draft_cache.get();
+    spec.draft_backend = s.draft_backend.get();
+  }
+  return detail::speculate_n_tokens(call, rows, prompts, lens, spec);
+}
+
 GenerateResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
                               int64_t max_new_tokens, const TokenCallback& on_token,
                               const PromptCache* cached) {
@@ -403,7 +408,13 @@ GenerateResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     call.accept(rows, prefill(call, prompts, lens, s.chunk, result.restored_tokens));
     result.prefill_seconds = seconds_since(start, device);
     start = Clock::now();
-    result.decode_steps = decode_n_tokens(call, rows, lens);
+    if (s.options.speculate > 0) {
+      call.verify_runner = s.verify_runner.get();
+      result.speculation = speculate(s, call, rows, prompts, lens);
+      result.decode_steps = result.speculation.verify_steps;
+    } else {
+      result.decode_steps = decode_n_tokens(call, rows, lens);
+    }
     result.decode_seconds = seconds_since(start, device);
     result.cache_bytes = s.cache ? s.cache->memory_bytes() : dynamic->memory_bytes();
   }

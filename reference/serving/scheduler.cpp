@@ -26,6 +26,8 @@ struct Scheduler::State {
   std::unique_ptr<Cache> cache;
   std::unique_ptr<CacheBackend> backend;
   std::unique_ptr<GraphRunner> runner;
+  std::unique_ptr<GraphRunner>
+      verify_runner;                // speculation: q = speculate + 1, every token's logits
   std::unique_ptr<RowTable> table;  // rows()[r] lives in cache row r
   std::deque<Active> waiting;
   std::vector<Completion> finished;
@@ -55,6 +57,8 @@ SchedulerOptions resolved(const LlamaModel& model, SchedulerOptions o) {
   }
   TORCH_CHECK(o.attend_buckets->max() == o.max_len, "attend_buckets: expected a largest bucket of ",
               o.max_len, " (max_len) but got ", o.attend_buckets->max());
+  TORCH_CHECK(o.speculate >= 0, "speculate: expected >= 0 (0 = off) but got ", o.speculate);
+  TORCH_CHECK(o.lookup_ngram >= 1, "lookup_ngram: expected >= 1 but got ", o.lookup_ngram);
   if (o.token_budget == 0) o.token_budget = o.max_batch - 1 + chunk;
   TORCH_CHECK(o.token_budget >= o.max_batch, "token_budget: expected >= max_batch=", o.max_batch,
               " (every decode row and one prompt token) or 0 but got ", o.token_budget);
@@ -64,7 +68,8 @@ SchedulerOptions resolved(const LlamaModel& model, SchedulerOptions o) {
 }  // namespace
 
 Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions options)
-    : state_(new State{model, resolved(model, std::move(options)), {}, {}, {}, {}, {}, {}, {}}) {
+    : state_(
+          new State{model, resolved(model, std::move(options)), {}, {}, {}, {}, {}, {}, {}, {}}) {
   c10::InferenceMode inference;
   State& s = *state_;
   const SchedulerOptions& o = s.options;
@@ -75,6 +80,11 @@ Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions options)
   TORCH_CHECK(config.max_chunk <= o.max_len, "prompt_buckets: expected the bucket serving a ",
               "full chunk of ", o.prefill_chunk, " tokens to be <= max_len=", o.max_len,
               " but got ", config.max_chunk);
+  TORCH_CHECK(o.speculate + 1 <= config.max_chunk,
+              "speculate: expected speculate + 1 = ", o.speculate + 1,
+              " query tokens per verification step to fit max_chunk=", config.max_chunk,
+              " (the bucket serving prefill_chunk=", o.prefill_chunk,
+              "; raise prefill_chunk) but got speculate=", o.speculate);
   if (o.cache == CacheKind::kStatic) {
     s.cache = std::make_unique<StaticCache>(config);
   } else {
@@ -94,13 +104,19 @@ Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions options)
   State* state = &s;
   // One step for decode and prefill alike: padded tokens and rows carry
   // position -1 and land in the scratch slot (Invariant [scratch slot]).
-  GraphRunner::StepFn step = [state](const std::vector<at::Tensor>& in, const GraphKey& key) {
-    return std::vector<at::Tensor>{
-        state->model.forward(in[0], in[1], *state->backend, key.attend_len, Logits::kLast)};
+  auto step_of = [state](Logits logits) -> GraphRunner::StepFn {
+    return [state, logits](const std::vector<at::Tensor>& in, const GraphKey& key) {
+      return std::vector<at::Tensor>{
+          state->model.forward(in[0], in[1], *state->backend, key.attend_len, logits)};
+    };
   };
-  s.runner = std::make_unique<GraphRunner>(
-      std::vector<InputSpec>{{"ids", at::kLong, {}, 0}, {"positions", at::kLong, {}, -1}},
-      std::move(step), ro);
+  const std::vector<InputSpec> inputs = {{"ids", at::kLong, {}, 0},
+                                         {"positions", at::kLong, {}, -1}};
+  s.runner = std::make_unique<GraphRunner>(inputs, step_of(Logits::kLast), ro);
+  if (o.speculate == 0) return;
+  ro.query_buckets = ShapeBuckets::of({o.speculate + 1});
+  ro.row_outputs = {};
+  s.verify_runner = std::make_unique<GraphRunner>(inputs, step_of(Logits::kAll), ro);
 }
 
 Scheduler::~Scheduler() = default;
@@ -172,8 +188,7 @@ bool is_stop(const Active& row, int64_t token) {
 
 /// Gives `row` its next token from its logits [vocab] and marks it done
 /// when the token is a stop id or the last one it may have.
-void accept(Active& row, const at::Tensor& logits, int64_t greedy, ServeClock::time_point now) {
-  const int64_t token = serving_detail::pick_token(row, logits, greedy);
+void emit(Active& row, int64_t token, ServeClock::time_point now) {
   if (row.tokens.empty()) row.first_token = now;
   row.tokens.push_back(token);
   if (row.request.on_token) row.request.on_token(row.request.id, token);
@@ -184,20 +199,69 @@ void accept(Active& row, const at::Tensor& logits, int64_t greedy, ServeClock::t
   }
 }
 
+void accept(Active& row, const at::Tensor& logits, int64_t greedy, ServeClock::time_point now) {
+  emit(row, serving_detail::pick_token(row, logits, greedy), now);
+}
+
+/// The decode rows' call: q = 1, or under speculation each row's newest
+/// token and its drafts (q = speculate + 1).
+struct DecodeCall {
+  at::Tensor logits;                         // [b, vocab], or [b, k + 1, vocab]
+  at::Tensor greedy;                         // argmax ids (host): [b], or [b, k + 1]
+  std::vector<std::vector<int64_t>> drafts;  // per row, speculation only
+};
+
+/// Emits a speculating row's verdict until the row is done; returns the
+/// positions its cache row keeps (its newest token and accepted drafts).
+int64_t accept_verdict(Active& row, const DecodeCall& call, int64_t i, ServeClock::time_point now,
+                       SpeculationStats& stats) {
+  const std::vector<int64_t>& drafts = call.drafts[static_cast<size_t>(i)];
+  const int64_t kept = row.prompt_len() + static_cast<int64_t>(row.tokens.size()) - 1;
+  const Verdict v = serving_detail::judge(row, call.logits[i], call.greedy[i], drafts);
+  stats.drafted += static_cast<int64_t>(drafts.size());
+  stats.accepted += v.accepted;
+  for (size_t t = 0; t < v.tokens.size() && !row.done; ++t) emit(row, v.tokens[t], now);
+  return kept + v.accepted + 1;
+}
+
 }  // namespace
 
 // Not in the anonymous namespace: it names the private State.
 struct SchedulerSteps {
   /// Runs one call (through the runner or eagerly) and accounts for it.
   static at::Tensor run(Scheduler::State& s, const CallInputs& in) {
+    return run(s, in, s.runner.get(), Logits::kLast);
+  }
+  static at::Tensor run(Scheduler::State& s, const CallInputs& in, GraphRunner* runner,
+                        Logits which) {
     const at::Device device = s.model.device();
     const at::Tensor ids = in.ids.to(device), pos = in.positions.to(device);
     const int64_t b = ids.size(0), q = ids.size(1);
-    const GraphKey key = s.runner ? s.runner->key_for(b, q, in.attend) : GraphKey{b, q, in.attend};
+    const GraphKey key = runner ? runner->key_for(b, q, in.attend) : GraphKey{b, q, in.attend};
     s.stats.real_tokens += in.real;
     s.stats.padded_tokens += key.batch * key.query_len - in.real;
-    if (s.runner) return s.runner->run({ids, pos}, in.attend)[0];
-    return s.model.forward(ids, pos, *s.backend, in.attend, Logits::kLast);
+    if (runner) return runner->run({ids, pos}, in.attend)[0];
+    return s.model.forward(ids, pos, *s.backend, in.attend, which);
+  }
+
+  /// The decode call: every decoding row's newest token, or under
+  /// speculation its newest token and prompt-lookup drafts.
+  static DecodeCall decode(Scheduler::State& s, const RowTable& table) {
+    DecodeCall out;
+    const int64_t k = s.options.speculate;
+    if (k == 0) {
+      out.logits = run(s, pack_decode(table));
+    } else {
+      out.drafts.resize(table.live());
+      for (size_t r = table.prefilling(); r < table.live(); ++r) {
+        out.drafts[r] = serving_detail::lookup_drafts(table.rows()[r], k, s.options.lookup_ngram);
+      }
+      out.logits = run(s, serving_detail::pack_verify(table, out.drafts, k), s.verify_runner.get(),
+                       Logits::kAll);
+      ++s.stats.speculation.verify_steps;
+    }
+    out.greedy = out.logits.argmax(-1).cpu();
+    return out;
   }
 };
 
@@ -267,31 +331,36 @@ void Scheduler::step() {
 
   // The prefill call's logits are cloned: the decode call may use the same
   // runner key (a 1-token chunk), whose outputs it would overwrite.
-  at::Tensor prefill, decode, prefill_greedy, decode_greedy;
+  at::Tensor prefill, prefill_greedy;
   if (fed_rows > 0) {
     prefill = SchedulerSteps::run(s, pack_prefill(table, fed, fed_rows)).clone();
     prefill_greedy = prefill.argmax(-1).cpu();
   }
-  if (decoding > 0) {
-    decode = SchedulerSteps::run(s, pack_decode(table));
-    decode_greedy = decode.argmax(-1).cpu();
-  }
+  const DecodeCall decode = decoding > 0 ? SchedulerSteps::decode(s, table) : DecodeCall{};
   ++s.stats.steps;
   s.stats.mixed_steps += fed_rows > 0 && decoding > 0 ? 1 : 0;
   s.stats.row_steps += static_cast<int64_t>(table.live());
 
   const auto now = ServeClock::now();
+  // Under speculation, the positions each row keeps (rejected drafts go).
+  std::vector<int64_t> kept(table.live());
+  const SpeculationStats& spec = s.stats.speculation;
+  const int64_t rejected = spec.drafted - spec.accepted;
   for (size_t r = 0; r < table.live(); ++r) {
     Active& row = table.rows()[r];
     const auto i = static_cast<int64_t>(r);
     if (r < prefilling) {
       row.prompt_done += fed[r];
+      kept[r] = row.prompt_done;
       if (fed[r] == 0 || !row.decoding()) continue;
       accept(row, prefill[i], prefill_greedy[i].item<int64_t>(), now);
+    } else if (s.options.speculate > 0) {
+      kept[r] = accept_verdict(row, decode, i, now, s.stats.speculation);
     } else {
-      accept(row, decode[i], decode_greedy[i].item<int64_t>(), now);
+      accept(row, decode.logits[i], decode.greedy[i].item<int64_t>(), now);
     }
   }
+  if (spec.drafted - spec.accepted > rejected) s.cache->rollback(kept);  // Note [ring rollback]
   table.regroup();
   // Highest row first: a row moved into a hole is never one still to retire.
   for (size_t r = table.live(); r-- > 0;) {
@@ -320,12 +389,14 @@ std::vector<Completion> Scheduler::take_finished() {
 void Scheduler::warm_up() {
   c10::InferenceMode inference;
   if (state_->runner) state_->runner->capture_all();
+  if (state_->verify_runner) state_->verify_runner->capture_all();
 }
 
 EngineStats Scheduler::stats() const {
   EngineStats out = state_->stats;
   out.row_copies = state_->table->row_copies();
   if (state_->runner) out.runner = state_->runner->stats();
+  if (state_->verify_runner) out.verify_runner = state_->verify_runner->stats();
   return out;
 }
 

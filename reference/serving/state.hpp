@@ -4,6 +4,7 @@
 
 #include <statickv/cache.hpp>
 #include <statickv/reference/serving.hpp>
+#include <statickv/reference/speculative.hpp>
 
 #include <ATen/ATen.h>
 
@@ -75,6 +76,22 @@ Active checked_request(Request request, const ModelConfig& model, int64_t max_le
 /// The next token of `row` from its logits [vocab] (float32): greedy ids
 /// are precomputed in `greedy`; sampling draws from the row's generator.
 int64_t pick_token(Active& row, const at::Tensor& logits, int64_t greedy);
+
+/// Speculation (speculation.cpp): a decoding row's prompt-lookup drafts,
+/// at most k and within its token limit.
+std::vector<int64_t> lookup_drafts(const Active& row, int64_t k, int64_t ngram);
+
+/// The verification call: rows [0, live), each decoding row's newest token
+/// and drafts at consecutive positions, q = k + 1; the prefill region and
+/// the tokens past a row's drafts are padding.
+CallInputs pack_verify(const RowTable& table, const std::vector<std::vector<int64_t>>& drafts,
+                       int64_t k);
+
+/// A decoding row's verdict from its verification logits [k + 1, vocab]
+/// and greedy ids [k + 1] (host): greedy, or the acceptance rule with the
+/// row's sampling and generator (prompt-lookup drafts are point masses).
+Verdict judge(Active& row, const at::Tensor& logits, const at::Tensor& greedy,
+              const std::vector<int64_t>& drafts);
 
 /// The completion of `row` finished for `finish` at `now`.
 Completion complete(Active& row, Finish finish, ServeClock::time_point now);

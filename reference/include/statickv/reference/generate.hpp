@@ -5,6 +5,7 @@
 
 #include <statickv/graph_runner.hpp>
 #include <statickv/reference/model.hpp>
+#include <statickv/reference/speculative.hpp>
 
 #include <ATen/ATen.h>
 
@@ -30,6 +31,10 @@ const char* to_string(CacheKind kind);
 using TokenCallback = std::function<void(int64_t row, int64_t token, bool last)>;
 
 struct PromptCache;  // prompt_cache.hpp
+namespace detail {
+struct Call;
+struct Rows;
+}  // namespace detail
 
 struct GenerateOptions {
   int64_t max_new_tokens = 16;
@@ -55,8 +60,22 @@ struct GenerateOptions {
   /// from 64 up to max_len). Its max must be max_len. Buckets of every size
   /// (ShapeBuckets::multiples_of(1, max_len)) make one graph per length.
   std::optional<ShapeBuckets> attend_buckets;
-  /// Called after each decode step with (steps done, steps planned).
+  /// Called after each decode step with (steps done, steps planned); under
+  /// speculation, after each verification step with the longest row's
+  /// tokens after its first.
   std::function<void(int64_t, int64_t)> on_step;
+  /// Speculative decoding (docs/speculative.md; static/hybrid caches): up
+  /// to `speculate` draft tokens per row, verified in one step of
+  /// speculate + 1 query tokens, which must fit the cache's max_chunk.
+  /// 0 = plain decode. Greedy output is the plain decode's; sampled output
+  /// has its distribution.
+  int64_t speculate = 0;
+  /// Draft-model drafting: a smaller model with the same vocabulary on the
+  /// same device, run eagerly on its own cache (it must outlive the
+  /// Generator). nullptr: prompt lookup over each row's own ids.
+  const LlamaModel* draft_model = nullptr;
+  /// Prompt lookup: the longest n-gram matched (down to 1).
+  int64_t lookup_ngram = 3;
 };
 
 struct GenerateResult {
@@ -70,7 +89,8 @@ struct GenerateResult {
   int64_t prefilled_tokens = 0;  ///< prompt tokens prefilled (all of them without a cache file)
   double restore_seconds = 0;  ///< generate_with_prompt_cache: restoring the row (file read apart)
   RunnerStats prefill_runner;  ///< bucketed runs only
-  RunnerStats decode_runner;
+  RunnerStats decode_runner;   ///< speculation: the verification runner
+  SpeculationStats speculation;  ///< speculate > 0: this call's drafts and acceptances
 };
 
 /// One-shot generation: a Generator sized for these prompts, used once.
@@ -125,6 +145,9 @@ class Generator {
   struct State;
   GenerateResult run(const std::vector<std::vector<int64_t>>& prompts, int64_t max_new_tokens,
                      const TokenCallback& on_token, const PromptCache* cached);
+  static SpeculationStats speculate(State& s, detail::Call& call, detail::Rows& rows,
+                                    const std::vector<std::vector<int64_t>>& prompts,
+                                    const std::vector<int64_t>& lens);
   std::unique_ptr<State> state_;
 };
 

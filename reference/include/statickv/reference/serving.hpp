@@ -22,6 +22,7 @@
 #include <statickv/graph_runner.hpp>
 #include <statickv/reference/generate.hpp>
 #include <statickv/reference/model.hpp>
+#include <statickv/reference/speculative.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -97,6 +98,14 @@ struct SchedulerOptions {
   /// two from 64 to max_len, whose max must be max_len).
   std::optional<ShapeBuckets> prompt_buckets;
   std::optional<ShapeBuckets> attend_buckets;
+  /// Speculative decoding by prompt lookup (docs/speculative.md): every
+  /// decoding row verifies up to `speculate` drafts from its own ids in one
+  /// call of speculate + 1 query tokens per row, which must fit the cache's
+  /// max_chunk (the bucket serving prefill_chunk). 0 = off. Greedy requests
+  /// get exactly their plain tokens; sampled ones the same distribution.
+  /// Drafts do not count against token_budget.
+  int64_t speculate = 0;
+  int64_t lookup_ngram = 3;  ///< the longest n-gram prompt lookup matches
 };
 
 struct EngineStats {
@@ -107,8 +116,10 @@ struct EngineStats {
   int64_t real_tokens = 0;    ///< decode and prompt tokens fed
   int64_t padded_tokens = 0;  ///< computed at the padded shape but not real
   int64_t submitted = 0, rejected = 0, completed = 0, cancelled = 0;
-  int64_t row_copies = 0;  ///< cache rows copied by moves (copy_row) and regroups (reorder)
-  RunnerStats runner;      ///< captures, replays, eager runs, per key (bucketed only)
+  int64_t row_copies = 0;        ///< cache rows copied by moves (copy_row) and regroups (reorder)
+  RunnerStats runner;            ///< captures, replays, eager runs, per key (bucketed only)
+  RunnerStats verify_runner;     ///< speculation: the verification calls' runner
+  SpeculationStats speculation;  ///< speculation: drafts and acceptances
   /// Mean live rows per step over max_batch.
   double occupancy() const;
   /// Padded over computed tokens.

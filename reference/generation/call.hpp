@@ -1,0 +1,101 @@
+#pragma once
+// One generate() call's state, shared by generator.cpp (prefill, plain
+// decode) and speculative_decode.cpp (draft, verify, roll back). Not
+// installed.
+
+#include <statickv/reference/generate.hpp>
+
+#include "sampling.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace statickv::reference::detail {
+
+// Picks the next token of each row from logits [b, vocab] (float32, any
+// device). Greedy picks on the device and copies b ids back; sampling draws
+// on the host from the seeded CPU generator, so it is reproducible anywhere.
+inline std::vector<int64_t> pick(const at::Tensor& logits, const GenerateOptions& options,
+                                 at::Generator& generator) {
+  at::Tensor chosen;
+  if (options.temperature <= 0.0) {
+    chosen = logits.argmax(-1).cpu();
+  } else {
+    chosen = detail::sample_tokens(logits, options.temperature, options.top_k, generator);
+  }
+  return std::vector<int64_t>(chosen.data_ptr<int64_t>(),
+                              chosen.data_ptr<int64_t>() + chosen.numel());
+}
+
+// A host int64 tensor [rows, cols] holding `values` (row-major).
+inline at::Tensor host_tensor(std::vector<int64_t> values, int64_t rows, int64_t cols) {
+  return at::tensor(values, at::TensorOptions().dtype(at::kLong)).view({rows, cols});
+}
+
+/// What one generate() call keeps per row: the tokens so far, whether the
+/// row is done, and (record_logits) each token's logits.
+struct Rows {
+  std::vector<std::vector<int64_t>> tokens;
+  std::vector<std::vector<at::Tensor>> logits;
+  std::vector<bool> done;
+
+  explicit Rows(size_t b) : tokens(b), logits(b), done(b, false) {}
+  bool all_done() const {
+    return std::all_of(done.begin(), done.end(), [](bool d) { return d; });
+  }
+};
+
+/// One generate() call: the model, the backend or runners its passes go
+/// through, and the sampling state. prefill / decode_one_token /
+/// decode_n_tokens (generator.cpp) and speculate_n_tokens
+/// (speculative_decode.cpp) are its phases.
+struct Call {
+  const LlamaModel& model;
+  const GenerateOptions& options;
+  AttentionBackend* backend;  // eager passes
+  GraphRunner* prefill_runner;
+  GraphRunner* decode_runner;
+  int64_t new_tokens;
+  at::Generator generator;
+  const TokenCallback& on_token;
+  GraphRunner* verify_runner = nullptr;  // speculation: q = k + 1, every token's logits
+
+  at::Tensor forward(GraphRunner* runner, const at::Tensor& ids, const at::Tensor& pos,
+                     int64_t attend, Logits which) const {
+    const at::Device device = model.device();
+    if (runner) return runner->run({ids.to(device), pos.to(device)}, attend)[0];
+    return model.forward(ids.to(device), pos.to(device), *backend, attend, which);
+  }
+
+  bool is_eos(int64_t id) const {
+    const auto& eos = model.config().eos_token_ids;
+    return std::find(eos.begin(), eos.end(), id) != eos.end();
+  }
+
+  /// Appends `token` to live row r (with its logits [vocab] when
+  /// record_logits), marks the row done at its token limit or an eos id
+  /// (stop_at_eos), and streams the token.
+  void emit(Rows& rows, size_t r, int64_t token, const at::Tensor& logits) {
+    rows.tokens[r].push_back(token);
+    if (options.record_logits) rows.logits[r].push_back(logits.cpu().clone());
+    if (static_cast<int64_t>(rows.tokens[r].size()) >= new_tokens ||
+        (options.stop_at_eos && is_eos(token))) {
+      rows.done[r] = true;
+    }
+    if (on_token) on_token(static_cast<int64_t>(r), token, rows.done[r]);
+  }
+
+  /// Records each live row's next token from logits [b, vocab].
+  void accept(Rows& rows, const at::Tensor& row_logits) {
+    const std::vector<int64_t> next = pick(row_logits, options, generator);
+    const at::Tensor kept = options.record_logits ? row_logits.cpu() : at::Tensor();
+    for (size_t r = 0; r < rows.done.size(); ++r) {
+      if (!rows.done[r])
+        emit(rows, r, next[r], kept.defined() ? kept[static_cast<int64_t>(r)] : kept);
+    }
+  }
+};
+
+}  // namespace statickv::reference::detail

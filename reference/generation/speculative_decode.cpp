@@ -1,0 +1,213 @@
+// speculate_n_tokens: draft, verify, emit, roll back (speculative_decode.hpp).
+// Everything a step reads back to the host (the target's argmax ids, or its
+// probabilities when sampling) is read after the step's passes, as the plain
+// decode reads its sampled ids.
+
+#include "speculative_decode.hpp"
+
+#include <algorithm>
+
+namespace statickv::reference::detail {
+
+namespace {
+
+/// Each row's drafts this step and, for a sampling draft model, their
+/// distributions q [drafts, vocab] (undefined: point masses).
+struct Drafts {
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<at::Tensor> q;
+  explicit Drafts(size_t b) : ids(b), q(b) {}
+};
+
+/// Host bookkeeping of one speculative run: positions each cache holds per
+/// row (one past the newest), so rollback gets exact lengths.
+struct Lengths {
+  std::vector<int64_t> target, draft;
+};
+
+/// The position of row r's newest token (not yet in the target cache).
+int64_t newest(const Rows& rows, const std::vector<int64_t>& lens, size_t r) {
+  return lens[r] + static_cast<int64_t>(rows.tokens[r].size()) - 1;
+}
+
+/// Drafts a live row may have: the tokens it emits (drafts + 1) stay
+/// within its limit.
+int64_t allowance(const Call& call, const Rows& rows, size_t r, int64_t k) {
+  if (rows.done[r]) return 0;
+  return std::min<int64_t>(k, call.new_tokens - static_cast<int64_t>(rows.tokens[r].size()) - 1);
+}
+
+std::vector<int64_t> row_ids(const std::vector<int64_t>& prompt, const std::vector<int64_t>& gen) {
+  std::vector<int64_t> all(prompt);
+  all.insert(all.end(), gen.begin(), gen.end());
+  return all;
+}
+
+Drafts lookup_drafts(const Call& call, const Rows& rows,
+                     const std::vector<std::vector<int64_t>>& prompts, const Speculator& spec) {
+  Drafts d(rows.done.size());
+  for (size_t r = 0; r < d.ids.size(); ++r) {
+    const int64_t n = allowance(call, rows, r, spec.k);
+    if (n > 0) d.ids[r] = prompt_lookup_draft(row_ids(prompts[r], rows.tokens[r]), n, spec.ngram);
+  }
+  return d;
+}
+
+/// One draft-model pass: row r feeds its ids from position lengths.draft[r]
+/// up to `upto[r]` (-1: not fed), padded; returns the newest logits [b, vocab].
+at::Tensor draft_pass(const Speculator& spec, const std::vector<std::vector<int64_t>>& seqs,
+                      const std::vector<int64_t>& upto, Lengths& lengths) {
+  const auto b = static_cast<int64_t>(seqs.size());
+  int64_t q = 1, attend = 1;
+  for (int64_t r = 0; r < b; ++r) q = std::max(q, upto[r] - lengths.draft[r] + 1);
+  std::vector<int64_t> ids(static_cast<size_t>(b * q), 0), pos(ids.size(), -1);
+  for (int64_t r = 0; r < b; ++r) {
+    for (int64_t p = lengths.draft[r], t = 0; p <= upto[r]; ++p, ++t) {
+      ids[r * q + t] = seqs[r][p];
+      pos[r * q + t] = p;
+    }
+    if (upto[r] >= 0) {
+      attend = std::max(attend, upto[r] + 1);
+      lengths.draft[r] = std::max(lengths.draft[r], upto[r] + 1);
+    }
+  }
+  const at::Device device = spec.draft_model->device();
+  return spec.draft_model->forward(host_tensor(ids, b, q).to(device),
+                                   host_tensor(pos, b, q).to(device), *spec.draft_backend, attend,
+                                   Logits::kLast);
+}
+
+/// Draft-model drafting: up to k autoregressive draft passes; the first
+/// feeds each row's ids the draft cache lacks (its newest token, and the
+/// last draft when all were accepted), the later ones the previous draft.
+Drafts model_drafts(Call& call, const Rows& rows, const std::vector<std::vector<int64_t>>& prompts,
+                    const Speculator& spec, Lengths& lengths) {
+  const size_t b = rows.done.size();
+  Drafts d(b);
+  std::vector<std::vector<int64_t>> seqs(b), qs(b);
+  std::vector<int64_t> want(b);
+  std::vector<std::vector<at::Tensor>> probs(b);
+  for (size_t r = 0; r < b; ++r) {
+    want[r] = allowance(call, rows, r, spec.k);
+    seqs[r] = row_ids(prompts[r], rows.tokens[r]);
+  }
+  const bool greedy = call.options.temperature <= 0.0;
+  for (int64_t i = 0; i < *std::max_element(want.begin(), want.end()); ++i) {
+    std::vector<int64_t> upto(b, -1);
+    for (size_t r = 0; r < b; ++r)
+      upto[r] = want[r] > i ? static_cast<int64_t>(seqs[r].size()) - 1 : -1;
+    const at::Tensor logits = draft_pass(spec, seqs, upto, lengths);
+    at::Tensor p, next;
+    if (greedy) {
+      next = logits.argmax(-1).cpu();
+    } else {
+      p = sampling_probs(logits, call.options.temperature, call.options.top_k);
+      next = at::multinomial(p, 1, false, call.generator).view(-1);
+    }
+    for (size_t r = 0; r < b; ++r) {
+      if (want[r] <= i) continue;
+      d.ids[r].push_back(next[static_cast<int64_t>(r)].item<int64_t>());
+      seqs[r].push_back(d.ids[r].back());
+      if (!greedy) probs[r].push_back(p[static_cast<int64_t>(r)]);
+    }
+  }
+  for (size_t r = 0; r < b; ++r) {
+    if (!probs[r].empty()) d.q[r] = at::stack(probs[r]);
+  }
+  return d;
+}
+
+/// The verification pass: row r feeds its newest token and its drafts at
+/// consecutive positions, padded with -1 to k + 1 tokens. Returns every
+/// token's logits [b, k + 1, vocab].
+at::Tensor verify(const Call& call, const Rows& rows, const std::vector<int64_t>& lens,
+                  const Drafts& d, int64_t k) {
+  const auto b = static_cast<int64_t>(rows.done.size());
+  const int64_t q = k + 1;
+  std::vector<int64_t> ids(static_cast<size_t>(b * q), 0), pos(ids.size(), -1);
+  int64_t attend = 1;
+  for (int64_t r = 0; r < b; ++r) {
+    if (rows.done[r]) continue;
+    const int64_t start = newest(rows, lens, r);
+    ids[r * q] = rows.tokens[r].back();
+    for (size_t t = 0; t <= d.ids[r].size(); ++t) {
+      if (t > 0) ids[r * q + t] = d.ids[r][t - 1];
+      pos[r * q + t] = start + static_cast<int64_t>(t);
+    }
+    attend = std::max(attend, start + static_cast<int64_t>(d.ids[r].size()) + 1);
+  }
+  return call.forward(call.verify_runner, host_tensor(ids, b, q), host_tensor(pos, b, q), attend,
+                      Logits::kAll);
+}
+
+/// Row r's verdict from its logits [k + 1, vocab] (host when sampling or
+/// recording) or its greedy ids.
+Verdict judge(Call& call, const at::Tensor& logits, const std::vector<int64_t>& greedy_ids,
+              const std::vector<int64_t>& drafts, const at::Tensor& q) {
+  const auto n = static_cast<int64_t>(drafts.size());
+  if (call.options.temperature <= 0.0) {
+    return verify_greedy(drafts,
+                         std::vector<int64_t>(greedy_ids.begin(), greedy_ids.begin() + n + 1));
+  }
+  const at::Tensor p =
+      sampling_probs(logits.narrow(0, 0, n + 1), call.options.temperature, call.options.top_k);
+  return verify_sampled(drafts, p, q, call.generator);
+}
+
+/// Emits every row's verdict (until the row is done), counts drafts and
+/// acceptances and records how many positions each cache keeps. Returns
+/// true when some cache holds rejected drafts to roll back.
+bool emit_verdicts(Call& call, Rows& rows, const std::vector<int64_t>& lens, const Drafts& d,
+                   const at::Tensor& logits, Lengths& lengths, SpeculationStats& stats) {
+  const bool host_logits = call.options.temperature > 0.0 || call.options.record_logits;
+  const at::Tensor all = host_logits ? logits.cpu() : at::Tensor();
+  const at::Tensor argmax = logits.argmax(-1).cpu().contiguous();  // [b, k + 1]
+  bool rejected = false;
+  for (size_t r = 0; r < rows.done.size(); ++r) {
+    if (rows.done[r]) continue;
+    const auto i = static_cast<int64_t>(r);
+    const int64_t* ids = argmax.data_ptr<int64_t>() + i * argmax.size(1);
+    const at::Tensor row = host_logits ? all[i] : at::Tensor();
+    const Verdict v =
+        judge(call, row, std::vector<int64_t>(ids, ids + argmax.size(1)), d.ids[r], d.q[r]);
+    const int64_t kept = newest(rows, lens, r) + v.accepted + 1;
+    rejected = rejected || v.accepted < static_cast<int64_t>(d.ids[r].size());
+    lengths.target[r] = kept;
+    lengths.draft[r] = std::min(lengths.draft[r], kept);
+    stats.drafted += static_cast<int64_t>(d.ids[r].size());
+    stats.accepted += v.accepted;
+    for (size_t t = 0; t < v.tokens.size() && !rows.done[r]; ++t) {
+      call.emit(rows, r, v.tokens[t], row.defined() ? row[static_cast<int64_t>(t)] : row);
+    }
+  }
+  return rejected;
+}
+
+}  // namespace
+
+SpeculationStats speculate_n_tokens(Call& call, Rows& rows,
+                                    const std::vector<std::vector<int64_t>>& prompts,
+                                    const std::vector<int64_t>& lens, const Speculator& spec) {
+  SpeculationStats stats;
+  Lengths lengths{lens, lens};
+  const int64_t planned = call.new_tokens - 1;
+  while (!rows.all_done()) {
+    const Drafts d = spec.draft_model ? model_drafts(call, rows, prompts, spec, lengths)
+                                      : lookup_drafts(call, rows, prompts, spec);
+    const at::Tensor logits = verify(call, rows, lens, d, spec.k);
+    const std::vector<int64_t> drafted = lengths.draft;
+    const bool rejected = emit_verdicts(call, rows, lens, d, logits, lengths, stats);
+    // Rejected drafts leave both caches (Note [ring rollback]).
+    if (rejected) spec.cache->rollback(lengths.target);
+    if (spec.draft_cache && lengths.draft != drafted) spec.draft_cache->rollback(lengths.draft);
+    ++stats.verify_steps;
+    if (call.options.on_step) {
+      size_t most = 0;
+      for (const auto& t : rows.tokens) most = std::max(most, t.size());
+      call.options.on_step(static_cast<int64_t>(most) - 1, planned);
+    }
+  }
+  return stats;
+}
+
+}  // namespace statickv::reference::detail

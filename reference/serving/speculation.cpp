@@ -1,0 +1,63 @@
+// The Scheduler's speculative decoding by prompt lookup (state.hpp,
+// docs/speculative.md): drafts, the verification call's inputs, verdicts.
+
+#include "../generation/sampling.hpp"
+#include "state.hpp"
+
+#include <algorithm>
+
+namespace statickv::reference::serving_detail {
+
+namespace {
+
+/// The position of a decoding row's newest token (not yet in the cache).
+int64_t newest(const Active& row) {
+  return row.prompt_len() + static_cast<int64_t>(row.tokens.size()) - 1;
+}
+
+}  // namespace
+
+std::vector<int64_t> lookup_drafts(const Active& row, int64_t k, int64_t ngram) {
+  const int64_t n = std::min<int64_t>(
+      k, row.request.max_new_tokens - static_cast<int64_t>(row.tokens.size()) - 1);
+  if (n <= 0) return {};
+  std::vector<int64_t> ids(row.request.prompt);
+  ids.insert(ids.end(), row.tokens.begin(), row.tokens.end());
+  return prompt_lookup_draft(ids, n, ngram);
+}
+
+CallInputs pack_verify(const RowTable& table, const std::vector<std::vector<int64_t>>& drafts,
+                       int64_t k) {
+  const auto b = static_cast<int64_t>(table.live());
+  const int64_t q = k + 1;
+  std::vector<int64_t> ids(static_cast<size_t>(b * q), 0), pos(ids.size(), -1);
+  CallInputs in;
+  for (int64_t r = static_cast<int64_t>(table.prefilling()); r < b; ++r) {
+    const Active& row = table.rows()[static_cast<size_t>(r)];
+    const std::vector<int64_t>& d = drafts[static_cast<size_t>(r)];
+    ids[r * q] = row.tokens.back();
+    std::copy(d.begin(), d.end(), ids.begin() + r * q + 1);
+    for (int64_t t = 0; t <= static_cast<int64_t>(d.size()); ++t) pos[r * q + t] = newest(row) + t;
+    in.attend = std::max(in.attend, newest(row) + static_cast<int64_t>(d.size()) + 1);
+    in.real += static_cast<int64_t>(d.size()) + 1;
+  }
+  const auto opts = at::TensorOptions().dtype(at::kLong);
+  in.ids = at::tensor(ids, opts).view({b, q});
+  in.positions = at::tensor(pos, opts).view({b, q});
+  return in;
+}
+
+Verdict judge(Active& row, const at::Tensor& logits, const at::Tensor& greedy,
+              const std::vector<int64_t>& drafts) {
+  const auto n = static_cast<int64_t>(drafts.size());
+  const Sampling& s = row.request.sampling;
+  if (s.temperature <= 0.0) {
+    const at::Tensor ids = greedy.narrow(0, 0, n + 1).contiguous();
+    return verify_greedy(
+        drafts, std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + n + 1));
+  }
+  const at::Tensor p = detail::sampling_probs(logits.narrow(0, 0, n + 1), s.temperature, s.top_k);
+  return verify_sampled(drafts, p, at::Tensor(), row.generator);
+}
+
+}  // namespace statickv::reference::serving_detail
