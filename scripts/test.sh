@@ -26,7 +26,8 @@ if [ "${STATICKV_SANITIZERS:-1}" != 0 ]; then
     mkdir -p "$ASAN_DIR"
     cmake -S . -B "$ASAN_DIR" "${cmake_args[@]}" -DCMAKE_BUILD_TYPE=Debug \
       "-DCMAKE_CXX_FLAGS_DEBUG=-O0 -g1" -DSTATICKV_SANITIZE=address,undefined \
-      -DSTATICKV_BUILD_FUZZERS=ON -DSTATICKV_WITH_CUDA=OFF -DSTATICKV_BUILD_REFERENCE=OFF \
+      -DSTATICKV_BUILD_FUZZERS=ON -DSTATICKV_WITH_CUDA=OFF -DSTATICKV_REQUIRE_CUDA=OFF \
+      -DSTATICKV_BUILD_REFERENCE=OFF \
       -DSTATICKV_BUILD_BENCHMARKS=OFF -DSTATICKV_BUILD_EXAMPLES=OFF -DSTATICKV_INSTALL=OFF \
       >"$ASAN_DIR/configure.log" 2>&1 ||
       { tail -40 "$ASAN_DIR/configure.log"; rm -f "$ASAN_DIR/CMakeCache.txt"; exit 1; }
@@ -46,6 +47,7 @@ if [ "$FUZZ_SECONDS" != 0 ]; then
     mkdir -p "$FUZZ_DIR"
     cmake -S . -B "$FUZZ_DIR" "${cmake_args[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_COMPILER=clang++ -DSTATICKV_BUILD_FUZZERS=ON -DSTATICKV_WITH_CUDA=OFF \
+      -DSTATICKV_REQUIRE_CUDA=OFF \
       -DSTATICKV_BUILD_REFERENCE=OFF -DSTATICKV_BUILD_BENCHMARKS=OFF \
       -DSTATICKV_BUILD_EXAMPLES=OFF -DSTATICKV_INSTALL=OFF >"$FUZZ_DIR/configure.log" 2>&1 ||
       { tail -40 "$FUZZ_DIR/configure.log"; rm -f "$FUZZ_DIR/CMakeCache.txt"; exit 1; }

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -20,6 +21,7 @@ namespace {
 using statickv::LayerType;
 using statickv::reference::CacheKind;
 using statickv::reference::Checkpoint;
+using statickv::reference::DecodePath;
 using statickv::reference::GenerateOptions;
 using statickv::reference::GenerateResult;
 using statickv::reference::LlamaModel;
@@ -84,15 +86,24 @@ Expected read_expected(const std::string& dir) {
 void require_hugging_face_results(const Checkpoint& ckpt, const Expected& expected,
                                   const std::vector<CacheKind>& caches) {
   const LlamaModel model(ckpt.config, ckpt.weights);
+  // Static and hybrid caches run both decoder paths (Note [fused decode
+  // path]): the fused one must meet Hugging Face's results as the plain one does.
+  std::vector<std::pair<CacheKind, DecodePath>> runs;
   for (CacheKind cache : caches) {
+    runs.emplace_back(cache, DecodePath::kPlain);
+    if (cache != CacheKind::kDynamic) runs.emplace_back(cache, DecodePath::kFused);
+  }
+  for (const auto& [cache, path] : runs) {
     GenerateOptions options;
     options.max_new_tokens = kMaxNewTokens;
     options.cache = cache;
+    options.path = path;
     options.stop_at_eos = false;
     options.record_logits = true;
     const GenerateResult result = statickv::reference::generate(model, expected.prompts, options);
 
-    INFO("cache " << statickv::reference::to_string(cache));
+    INFO("cache " << statickv::reference::to_string(cache) << ", path "
+                  << statickv::reference::to_string(path));
     REQUIRE(result.tokens.size() == static_cast<size_t>(kNumPrompts));
     REQUIRE(result.logits.size() == static_cast<size_t>(kNumPrompts));
     for (int64_t i = 0; i < kNumPrompts; ++i) {

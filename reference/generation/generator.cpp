@@ -90,6 +90,9 @@ Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t m
   TORCH_CHECK(s.options.cache != CacheKind::kStatic || !config.has_sliding(),
               "cache: expected hybrid or dynamic for a model with sliding-window layers but got "
               "static");
+  TORCH_CHECK(s.options.cache != CacheKind::kDynamic || s.options.path == DecodePath::kPlain,
+              "path: expected plain with cache dynamic (the fused path writes through a static "
+              "or hybrid cache's rotary_update) but got fused");
   s.chunk = s.options.prefill_chunk > 0 ? std::min(s.options.prefill_chunk, max_len) : max_len;
   if (s.options.cache == CacheKind::kDynamic) return;
 
@@ -101,7 +104,7 @@ Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t m
     s.cache = std::make_unique<HybridCache>(cache_config);
   }
   s.chunk = std::min(s.chunk, s.cache->config().effective_max_chunk());
-  s.cache_backend = std::make_unique<CacheBackend>(*s.cache, s.options.kernel);
+  s.cache_backend = std::make_unique<CacheBackend>(*s.cache, s.options.kernel, s.options.path);
   if (!s.options.bucketed) return;
 
   // Bucketed runners: one forward per padded key, replayed as a CUDA graph on
