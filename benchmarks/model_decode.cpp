@@ -124,7 +124,8 @@ int main(int argc, char** argv) try {
   const bool graphs = device.is_cuda() && !o.no_graphs;
 
   const auto load_start = Clock::now();
-  auto model = random_model(o.shape, dtype, device);
+  auto model = device.is_cuda() ? device_random_model(o.shape, dtype, device)
+                                : random_model(o.shape, dtype, device);
   const reference::ModelConfig& mc = model->config();
   fmt::print(
       "statickv model decode: {} ({} layers, hidden {}, {} q / {} kv heads x {}), {} on {}\n",
