@@ -176,9 +176,13 @@ def load_hf(directory, dtype, device, compiled):
     return model
 
 
-def compile_config(device):
-    """transformers' auto-compile settings for the hf-compile variant."""
-    config = CompileConfig(fullgraph=True, mode="reduce-overhead")
+def compile_config(device, backend="inductor"):
+    """transformers' auto-compile settings for the hf-compile variant: the
+    one place compilation is set up for transformers' generate()."""
+    if backend == "inductor":
+        config = CompileConfig(fullgraph=True, mode="reduce-overhead")
+    else:  # eager / aot_eager: checks the plumbing quickly (modes are Inductor's)
+        config = CompileConfig(fullgraph=True, backend=backend, mode=None)
     if device.type != "cuda":
         # --cuda-parts-on-cpu: transformers only auto-compiles on accelerators
         # unless told otherwise (a private switch of its own tests).
@@ -369,12 +373,14 @@ def chat_ids(tokenizer, text):
                                          add_generation_prompt=True, return_dict=True)["input_ids"]
 
 
-def hf_batch(model, prompt, batch, new_tokens, cache, device):
+def hf_batch(model, prompt, batch, new_tokens, cache, device, compiled=None):
     """One greedy batch of `batch` copies of `prompt` through transformers:
-    (rows' new ids, prefill seconds (to the first token), decode seconds)."""
+    (rows' new ids, prefill seconds (to the first token), decode seconds).
+    compiled: a CompileConfig for transformers' own compiled decode step
+    (static cache only), else eager."""
     config = GenerationConfig(
         do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-        cache_implementation=cache, disable_compile=True,
+        cache_implementation=cache, disable_compile=compiled is None, compile_config=compiled,
         eos_token_id=None, bos_token_id=None, pad_token_id=0,
     )  # fmt: skip
     ids = torch.tensor([prompt] * batch, dtype=torch.long, device=device)
@@ -387,11 +393,13 @@ def hf_batch(model, prompt, batch, new_tokens, cache, device):
     return out[:, len(prompt):].tolist(), t[1] - start, t[-1] - t[1]
 
 
-def statickv_batch(args, prompt, batch, new_tokens, scratch):
+def statickv_batch(args, prompt, batch, new_tokens, scratch, checkpoint=None, path="plain"):
     """The same batch through statickv-demo (StaticCache, its own warm-up
-    call first): (rows' new ids, prefill seconds, decode seconds)."""
+    call first; --path plain or fused): (rows' new ids, prefill seconds,
+    decode seconds)."""
     ids = ",".join(str(i) for i in prompt)
-    command = [args.demo, "--checkpoint", args.checkpoint, "--device", args.device,
+    command = [args.demo, "--checkpoint", str(checkpoint or args.checkpoint), "--path", path,
+               "--device", args.device,
                "--dtype", args.dtype, "--cache", "static", "--no-compare", "--ignore-eos",
                "--max-new-tokens", str(new_tokens), "--prompt-ids", ";".join([ids] * batch),
                "--json", str(scratch)]
@@ -482,6 +490,51 @@ def real_model(args, results, save):
         results["batches"].append(real_model_batch(args, variants, prompt, batch, scratch))
         print_real_model_batch(results["batches"][-1])
         save()
+def recompiles_at_new_length(model, prompt, new_tokens, device, compiled):
+    """Graphs dynamo compiles for one request at a prompt length not seen
+    before (the compiled model already warm at len(prompt))."""
+    before = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    longer = (prompt * 2)[:len(prompt) + 37]
+    hf_batch(model, longer, 1, new_tokens, "static", device, compiled)
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"]) - before
+
+
+def roofline(args, shape, results, save):
+    """Decode tokens/s at each --roofline-batches: transformers' static cache
+    with its compiled decode step (compile_config, as its docs say) against
+    statickv-demo on the plain and the fused path; then dynamo's recompiles
+    for a new prompt length (issue 15)."""
+    device = torch.device(args.device)
+    directory = checkpoint(args.workdir, shape, args.seed, device)
+    vocab = hf_config(shape).vocab_size
+    prompt = torch.randint(1, vocab, (args.prompt_len,),
+                           generator=torch.Generator().manual_seed(args.seed + 1)).tolist()
+    model = load_hf(directory, DTYPES[args.dtype], device, compiled=True)
+    compiled = compile_config(device, args.compile_backend)
+    scratch = Path(args.workdir) / "statickv-demo-roofline.json"
+    scratch.parent.mkdir(parents=True, exist_ok=True)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    variants = {
+        "hf-compile": lambda b: hf_batch(model, prompt, b, args.new_tokens, "static", device,
+                                         compiled),
+        "statickv": lambda b: statickv_batch(args, prompt, b, args.new_tokens, scratch, directory),
+        "statickv-fused": lambda b: statickv_batch(args, prompt, b, args.new_tokens, scratch,
+                                                   directory, "fused"),
+    }
+    entry = {"shape": shape, "batches": []}
+    results.setdefault("roofline", []).append(entry)
+    for batch in [int(b) for b in args.roofline_batches.split(",")]:
+        entry["batches"].append(real_model_batch(args, variants, prompt, batch, scratch))
+        print_real_model_batch(entry["batches"][-1])
+        save()
+    entry["hf_recompiles_per_new_length"] = recompiles_at_new_length(
+        model, prompt, args.new_tokens, device, compiled)
+    print(f"  {shape}: dynamo compiled {entry['hf_recompiles_per_new_length']} new graph(s) for "
+          f"a new prompt length", flush=True)
+    save()
+
+
 SEED_BATCHES = [4, 2, 3, 1]  # transformers PR 37394 / issue 42454
 SEED_LENGTHS = [17 + 7 * i for i in range(15)] + [120]  # issue 29151: 16 new lengths
 
@@ -613,7 +666,10 @@ def main():
     parser.add_argument("--exe", default="", help="statickv-serve (the serve part)")
     parser.add_argument("--parts", default="serve", help="comma-separated: serve (statickv-serve "
                         "against hf), seeds (the two seed scenarios through the Python package), "
-                        "smollm2 (the real model: --checkpoint, --demo)")
+                        "smollm2 (the real model: --checkpoint, --demo), roofline (decode "
+                        "tokens/s at --roofline-batches: hf static compiled vs statickv plain "
+                        "and fused; --shapes, --demo)")
+    parser.add_argument("--roofline-batches", default="1,16", help="roofline: batch sizes")
     parser.add_argument("--shapes", default="tiny", help="comma-separated: tiny, llama-3.2-1b")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--dtype", default=None, help="fp32, fp16, bf16 (default fp32 cpu, bf16 cuda)")
@@ -637,8 +693,10 @@ def main():
                         help="testing: run the torch.compile and new-length parts on the CPU too")
     args = parser.parse_args()
     parts = {p for p in args.parts.split(",") if p}
-    if not parts <= {"serve", "seeds", "smollm2"}:
-        parser.error(f"--parts: expected serve, seeds and/or smollm2 but got {args.parts}")
+    if not parts <= {"serve", "seeds", "smollm2", "roofline"}:
+        parser.error(f"--parts: expected serve, seeds, smollm2 and/or roofline but got {args.parts}")
+    if "roofline" in parts and not args.demo:
+        parser.error("--demo: expected statickv-demo for the roofline part")
     if "serve" in parts and not args.exe:
         parser.error("--exe: expected statickv-serve for the serve part")
     if "smollm2" in parts and not (args.checkpoint and args.demo):
@@ -680,6 +738,9 @@ def main():
 
     if "smollm2" in parts:
         real_model(args, results, save)
+    if "roofline" in parts:
+        for shape in [s for s in args.shapes.split(",") if s]:
+            roofline(args, shape, results, save)
     for shape in [s for s in args.shapes.split(",") if s and parts & {"serve", "seeds"}]:
         directory = checkpoint(args.workdir, shape, args.seed, device)
         vocab = hf_config(shape).vocab_size

@@ -84,6 +84,8 @@ command -v ninja >/dev/null && cmake_args+=(-G Ninja)
 # the CUDA-only targets are left out rather than failing the build.
 if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   cmake_args+=(-DSTATICKV_WITH_CUDA=OFF)
+else
+  cmake_args+=(-DSTATICKV_REQUIRE_CUDA=ON)  # with nvcc, the CUDA parts must build
 fi
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then

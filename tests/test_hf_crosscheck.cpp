@@ -11,6 +11,7 @@
 #include <statickv/reference/generate.hpp>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -18,6 +19,7 @@ namespace {
 using statickv::LayerType;
 using statickv::reference::CacheKind;
 using statickv::reference::Checkpoint;
+using statickv::reference::DecodePath;
 using statickv::reference::GenerateOptions;
 using statickv::reference::GenerateResult;
 using statickv::reference::LlamaModel;
@@ -35,15 +37,24 @@ constexpr double kLogitTolerance = 1e-4;
 void require_hugging_face_results(const Checkpoint& ckpt, const HfExpected& expected,
                                   const std::vector<CacheKind>& caches) {
   const LlamaModel model(ckpt.config, ckpt.weights);
+  // Static and hybrid caches run both decoder paths (Note [fused decode
+  // path]): the fused one must meet Hugging Face's results as the plain one does.
+  std::vector<std::pair<CacheKind, DecodePath>> runs;
   for (CacheKind cache : caches) {
+    runs.emplace_back(cache, DecodePath::kPlain);
+    if (cache != CacheKind::kDynamic) runs.emplace_back(cache, DecodePath::kFused);
+  }
+  for (const auto& [cache, path] : runs) {
     GenerateOptions options;
     options.max_new_tokens = kMaxNewTokens;
     options.cache = cache;
+    options.path = path;
     options.stop_at_eos = false;
     options.record_logits = true;
     const GenerateResult result = statickv::reference::generate(model, expected.prompts, options);
 
-    INFO("cache " << statickv::reference::to_string(cache));
+    INFO("cache " << statickv::reference::to_string(cache) << ", path "
+                  << statickv::reference::to_string(path));
     REQUIRE(result.tokens.size() == static_cast<size_t>(kNumPrompts));
     REQUIRE(result.logits.size() == static_cast<size_t>(kNumPrompts));
     for (int64_t i = 0; i < kNumPrompts; ++i) {

@@ -34,6 +34,7 @@ namespace {
 struct Options {
   std::string checkpoint, shape = "tiny", device = "auto", dtype, cache, prompt_ids, json;
   std::string save_prompt, load_prompt;  // prompt-cache files
+  std::string path = "plain";            // --path: the decoder layer
   int threads = 0;
   int64_t batch = 4, prompt_len = 32, max_new_tokens = 32, top_k = 0, prefill_chunk = 0, seed = 0;
   double temperature = 0.0;
@@ -83,6 +84,11 @@ void check_combinations(Options& o, const apps::Flags& flags) {
   if (!o.load_prompt.empty() && !std::filesystem::is_regular_file(o.load_prompt)) {
     throw FlagError("--load-prompt: expected an existing file but got '" + o.load_prompt + "'");
   }
+  if (o.path == "fused" && o.cache == "dynamic") {
+    throw FlagError(
+        "--path: expected plain with --cache dynamic (the fused path writes through a "
+        "static or hybrid cache) but got fused");
+  }
   if (o.text.chat && !o.text.given()) {
     throw FlagError("--chat: expected --prompt or --prompts-file (it applies to text prompts)");
   }
@@ -113,6 +119,10 @@ Options parse(int argc, char** argv) {
   flags.add_choice("--cache C", &o.cache, {"static", "hybrid", "dynamic"},
                    "static, hybrid or dynamic (default: static for all-full models, hybrid when "
                    "the model has sliding layers)");
+  flags.add_choice("--path P", &o.path, {"plain", "fused"},
+                   "decoder layer: plain (default) or fused (at::rms_norm, one q/k/v and one "
+                   "gate/up GEMM, folded residuals, rotary + cache write in one kernel; static "
+                   "or hybrid cache only)");
   flags.add("--prompt-ids IDS", &o.prompt_ids,
             "comma-separated token ids, ';' between prompts; prompts may differ in length "
             "(default: --batch random prompts)");
@@ -371,6 +381,7 @@ GenerateOptions generate_options(const Options& o, const ModelConfig& config, bo
   options.seed = static_cast<uint64_t>(o.seed);
   options.prefill_chunk = o.prefill_chunk;
   options.bucketed = !o.eager;
+  options.path = parse_decode_path(o.path, "--path");
   options.record_logits = compare;
   options.stop_at_eos = !o.ignore_eos;
   options.cache = o.cache.empty() ? (config.has_sliding() ? CacheKind::kHybrid : CacheKind::kStatic)
@@ -388,10 +399,10 @@ void print_header(const Options& o, const Loaded& run, at::Device device, at::Sc
              config.num_attention_heads, config.num_key_value_heads, config.head_dim,
              apps::dtype_name(dtype), device.str());
   fmt::print(
-      "{} prompts (longest {} tokens), {} new tokens each, {}; prefill {}{}\n", run.prompts.size(),
-      longest, o.max_new_tokens, o.temperature > 0 ? "sampling" : "greedy",
+      "{} prompts (longest {} tokens), {} new tokens each, {}; prefill {}{}; {} decoder layers\n",
+      run.prompts.size(), longest, o.max_new_tokens, o.temperature > 0 ? "sampling" : "greedy",
       chunk >= longest ? std::string("in one pass") : fmt::format("in passes of {} tokens", chunk),
-      compare ? " (both runs)" : "");
+      compare ? " (both runs)" : "", o.path);
 }
 
 void print_ids(const GenerateResult& result) {
@@ -526,7 +537,8 @@ int main(int argc, char** argv) try {
   if (compare) {
     GenerateOptions dyn = options;
     dyn.cache = CacheKind::kDynamic;
-    dyn.prefill_chunk = chunk;  // the same passes as the static/hybrid run
+    dyn.path = DecodePath::kPlain;  // the baseline is the plain decoder
+    dyn.prefill_chunk = chunk;      // the same passes as the static/hybrid run
     dyn.on_step = nullptr;
     dyn.speculate = 0;  // the plain decode it must equal
     dyn.draft_model = nullptr;

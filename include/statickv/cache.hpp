@@ -209,23 +209,7 @@ class Cache {
   /// Writes one layer's new keys and values (one index_copy_ each) and returns
   /// views of the live rows. key/value: [live_batch, kv_heads, q, head_dim].
   KV update(int64_t layer, const at::Tensor& key, const at::Tensor& value, const StepPlan& step) {
-    check_mutable("update");
-    check_layer(layer);
-    check_current(step);
-    const std::vector<int64_t> shape = {step.live_batch_, config_.num_kv_heads, step.query_len_,
-                                        config_.head_dim};
-    const at::IntArrayRef expected(shape);
-    detail::check_tensor("key", key, config_.dtype, config_.device);
-    detail::check_tensor("value", value, config_.dtype, config_.device);
-    TORCH_CHECK(key.sizes() == expected,
-                "key: expected shape [live_batch, kv_heads, q, head_dim] = ", expected, " but got ",
-                key.sizes());
-    TORCH_CHECK(value.sizes() == expected,
-                "value: expected shape [live_batch, kv_heads, q, head_dim] = ", expected,
-                " but got ", value.sizes());
-    check_source("key", key, layer);
-    check_source("value", value, layer);
-
+    check_update(layer, key, value, step);
     const StepPlan::GroupPlan& planned = step.group(layer);
     const int64_t b = step.live_batch_;
     const auto l = static_cast<size_t>(layer);
@@ -241,6 +225,25 @@ class Cache {
     }
     return KV{batch_prefix(keys_[l], b, planned.view_len),
               batch_prefix(values_[l], b, planned.view_len)};
+  }
+
+  /// Where update(layer, key, value, step) would write, after every check
+  /// update() makes; nothing is written. For writers that fuse work into
+  /// the write (rotary_update(), rotary.hpp): they take the step's own
+  /// slots, so slots have one source of truth (Note [fused rotary write]).
+  detail::WriteTarget write_target(int64_t layer, const at::Tensor& key, const at::Tensor& value,
+                                   const StepPlan& step) {
+    check_update(layer, key, value, step);
+    const StepPlan::GroupPlan& planned = step.group(layer);
+    const int64_t b = step.live_batch_;
+    const auto l = static_cast<size_t>(layer);
+    detail::WriteTarget target;
+    target.keys = keys_[l];
+    target.values = values_[l];
+    target.slots = step.per_row_ ? planned.slots : planned.slots.expand({b, step.query_len_});
+    target.views = KV{batch_prefix(keys_[l], b, planned.view_len),
+                      batch_prefix(values_[l], b, planned.view_len)};
+    return target;
   }
 
   /// Attention of this step's queries over `kv` (what update(layer, ...)
@@ -497,6 +500,28 @@ class Cache {
                 "step: expected the cache's current step (generation ", generation_,
                 ") but got a stale one (generation ", step.generation_,
                 "); call prepare() again after reset, row operations or another prepare()");
+  }
+
+  // update()'s arguments (and write_target()'s): the current step and
+  // keys/values of its shape, none sharing memory with the buffers.
+  void check_update(int64_t layer, const at::Tensor& key, const at::Tensor& value,
+                    const StepPlan& step) const {
+    check_mutable("update");
+    check_layer(layer);
+    check_current(step);
+    const std::vector<int64_t> shape = {step.live_batch_, config_.num_kv_heads, step.query_len_,
+                                        config_.head_dim};
+    const at::IntArrayRef expected(shape);
+    detail::check_tensor("key", key, config_.dtype, config_.device);
+    detail::check_tensor("value", value, config_.dtype, config_.device);
+    TORCH_CHECK(key.sizes() == expected,
+                "key: expected shape [live_batch, kv_heads, q, head_dim] = ", expected, " but got ",
+                key.sizes());
+    TORCH_CHECK(value.sizes() == expected,
+                "value: expected shape [live_batch, kv_heads, q, head_dim] = ", expected,
+                " but got ", value.sizes());
+    check_source("key", key, layer);
+    check_source("value", value, layer);
   }
 
   // attend()'s arguments: the current step, the views update() returned

@@ -8,6 +8,7 @@
 #include <statickv/graph_runner.hpp>
 #include <statickv/layers.hpp>
 #include <statickv/mask.hpp>
+#include <statickv/rotary.hpp>
 #include <statickv/row_state.hpp>
 #include <statickv/sharding.hpp>
 #include <statickv/step.hpp>

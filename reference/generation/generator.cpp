@@ -115,6 +115,9 @@ Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t m
               "cache: expected hybrid or dynamic for a model with sliding-window layers but got "
               "static");
   check_speculation(s.options, model, max_len);
+  TORCH_CHECK(s.options.cache != CacheKind::kDynamic || s.options.path == DecodePath::kPlain,
+              "path: expected plain with cache dynamic (the fused path writes through a static "
+              "or hybrid cache's rotary_update) but got fused");
   s.chunk = s.options.prefill_chunk > 0 ? std::min(s.options.prefill_chunk, max_len) : max_len;
   if (s.options.cache == CacheKind::kDynamic) return;
 
@@ -126,7 +129,7 @@ Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t m
     s.cache = std::make_unique<HybridCache>(cache_config);
   }
   s.chunk = std::min(s.chunk, s.cache->config().effective_max_chunk());
-  s.cache_backend = std::make_unique<CacheBackend>(*s.cache, s.options.kernel);
+  s.cache_backend = std::make_unique<CacheBackend>(*s.cache, s.options.kernel, s.options.path);
   if (s.options.speculate > 0) check_verify_chunk(s.options.speculate, *s.cache, "target");
   if (s.options.draft_model) {
     // Any layer types; the target's max_chunk, so a verification step's

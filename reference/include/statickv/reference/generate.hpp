@@ -40,6 +40,9 @@ struct GenerateOptions {
   int64_t max_new_tokens = 16;
   CacheKind cache = CacheKind::kHybrid;
   AttentionKernel kernel = AttentionKernel::kSdpa;
+  /// Static/hybrid caches: the decoder's plain or fused layer (Note [fused
+  /// decode path]); the dynamic cache takes only the plain one.
+  DecodePath path = DecodePath::kPlain;
   double temperature = 0.0;  ///< 0 = greedy
   int64_t top_k = 0;         ///< 0 = no top-k filter (sampling only)
   uint64_t seed = 0;

@@ -49,7 +49,8 @@ class LlamaModel {
   LlamaModel(ModelConfig config, Weights weights, TpShard tp = {});
 
   /// Logits (float32) for token ids [b, q] at positions [b, q] (negative =
-  /// padding). attend_len: passed to the backend (-1 = all).
+  /// padding). attend_len: passed to the backend (-1 = all). The backend's
+  /// path() picks the plain or the fused layer (Note [fused decode path]).
   /// Logits::kAll gives [b, q, vocab]. Logits::kLast gives [b, vocab] for
   /// the token of each row at its highest position (the prompt's last token
   /// in a prefill pass; a row of padding only gets meaningless values): the
@@ -73,8 +74,16 @@ class LlamaModel {
     at::Tensor q_proj, k_proj, v_proj, o_proj;  // [out, in]
     at::Tensor q_bias, k_bias, v_bias, o_bias;  // [out] or undefined
     at::Tensor gate_proj, up_proj, down_proj;
+    // Note [fused decode path]: the weights above are row views of these.
+    at::Tensor qkv, qkv_bias;  // [(heads + 2 kv_heads) * head_dim, in]; bias or undefined
+    at::Tensor gate_up;        // [2 * intermediate, in]
   };
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
+  at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
+  at::Tensor plain_layer(int64_t l, const at::Tensor& x, const at::Tensor& cos,
+                         const at::Tensor& sin, AttentionBackend& backend) const;
+  void fused_layer(int64_t l, at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                   AttentionBackend& backend) const;
   std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& positions) const;
   at::Tensor attention(const Layer& layer, int64_t l, const at::Tensor& h, const at::Tensor& cos,
                        const at::Tensor& sin, AttentionBackend& backend) const;
