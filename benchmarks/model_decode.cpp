@@ -28,7 +28,7 @@ using namespace statickv::bench;
 namespace {
 
 struct Options {
-  std::string device = "auto", shape = "llama-3.2-1b", dtype, json;
+  std::string device = "auto", shape = "llama-3.2-1b", dtype, json, kv_dtype;
   int64_t context = 1024, max_len = 2048, max_batch = 16;
   int rounds = 15, calls = 2, threads = 0;
   bool no_graphs = false, no_full_batch = false, fused = false;
@@ -103,6 +103,7 @@ int main(int argc, char** argv) try {
   flags.add_device(&o.device);
   add_shape_flag(flags, &o.shape, "model shape (random weights)");
   flags.add_dtype(&o.dtype, at::kBFloat16);
+  flags.add_kv_dtype(&o.kv_dtype);  // adds the quantized 1/1 variants, side by side
   flags.add("--context N", &o.context, "tokens cached before the step", /*min=*/1);
   flags.add("--max-len N", &o.max_len, "cache capacity", /*min=*/2);
   flags.add("--max-batch N", &o.max_batch, "rows of the large cache", /*min=*/1);
@@ -135,9 +136,12 @@ int main(int argc, char** argv) try {
              o.max_len, at::get_num_threads(), seconds_since(load_start, device));
 
   const int64_t attend = o.context + 1;  // the step writes position `context`
-  auto make = [&](int64_t max_batch) {
+  const KvStorage storage = apps::parse_kv_storage(o.kv_dtype);
+  auto make = [&](int64_t max_batch, KvStorage kv = KvStorage::kCompute) {
     Subject s;
-    s.cache = std::make_unique<StaticCache>(model->cache_config(max_batch, o.max_len));
+    CacheConfig config = model->cache_config(max_batch, o.max_len);
+    config.kv_storage = kv;
+    s.cache = std::make_unique<StaticCache>(config);
     fill_cache(*s.cache, max_batch, o.context);
     for (int p = 0; p < (o.fused ? 2 : 1); ++p) {
       s.backend[p] = std::make_unique<reference::CacheBackend>(
@@ -160,6 +164,8 @@ int main(int argc, char** argv) try {
   };
   Subject large = make(o.max_batch);
   Subject small = make(1);
+  const bool quantized = storage != KvStorage::kCompute;
+  Subject small_kv = quantized ? make(1, storage) : Subject{};
 
   const auto long_opts = at::TensorOptions().dtype(at::kLong).device(device);
   struct Input {
@@ -205,6 +211,10 @@ int main(int argc, char** argv) try {
     add("1/1 graph", small, one, true);
     if (!o.no_full_batch) add(big + "/" + big + " graph", large, all, true);
   }
+  const size_t kv_first = rows.size();  // the quantized variants, after the plain ones
+  const std::string kv_name = std::string(" ") + to_string(storage);
+  if (quantized) add("1/1 eager" + kv_name, small_kv, one, false);
+  if (quantized && graphs) add("1/1 graph" + kv_name, small_kv, one, true);
 
   fmt::print("{} interleaved rounds x {} steps per variant\n", o.rounds, o.calls);
   const std::vector<Stats> stats = measure_interleaved(variants, device, o.rounds, o.calls, 2);
@@ -281,6 +291,20 @@ int main(int argc, char** argv) try {
   }
   const Json kernels =
       o.fused && graphs ? count_kernels(*model, small, one.ids, one.pos, attend) : Json();
+
+  if (quantized) {
+    fmt::print("cache bytes, 1 row: plain {}, {} {} (of which staging {})\n",
+               small.cache->memory_bytes(), to_string(storage), small_kv.cache->memory_bytes(),
+               small_kv.cache->staging_bytes());
+    const Stats eager_kv = paired_ratio(stats[kv_first], stats[1]);
+    fmt::print("1/1 eager{} : 1/1 eager: {}\n", kv_name, ratio_text(eager_kv));
+    ratios["kv_storage_eager"] = to_json(eager_kv);
+    if (graphs) {
+      const Stats graph_kv = paired_ratio(stats[kv_first + 1], stats[o.no_full_batch ? 3 : 4]);
+      fmt::print("1/1 graph{} : 1/1 graph: {}\n", kv_name, ratio_text(graph_kv));
+      ratios["kv_storage_graph"] = to_json(graph_kv);
+    }
+  }
 
   write_json(o.json, Json::object({{"benchmark", "model_decode"},
                                    {"command", command_line(argc, argv)},

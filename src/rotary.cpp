@@ -108,8 +108,13 @@ void check_rotary_inputs(const Cache& cache, const at::Tensor& query, const at::
 void check_rotary_config(const CacheConfig& config) {
   // Plain storage: the buffers hold keys and values in config.dtype itself,
   // so the kernel writes them as they are. A storage type that encodes them
-  // (quantized) is refused here once it exists, naming both options.
+  // (quantized: Note [quantized storage]) keeps update()'s ATen path.
   config.validate();
+  TORCH_CHECK(config.plain_storage(),
+              "CacheConfig.kv_storage: expected compute with the fused rotary write "
+              "(rotary_update writes plain storage; use the plain decoder path for quantized "
+              "storage) but got ",
+              config.kv_storage);
 }
 
 void rotary_write_cpu(const RotaryWrite& w) {

@@ -26,7 +26,7 @@ using apps::FlagError;
 namespace {
 
 struct Options {
-  std::string checkpoint, shape = "tiny", device = "auto", dtype, cache, tokenizer;
+  std::string checkpoint, shape = "tiny", device = "auto", dtype, cache, tokenizer, kv_dtype;
   int64_t max_batch = 8, max_len = 0, prefill_chunk = 0, token_budget = 0, seed = 0;
   int threads = 0;
   bool eager = false;
@@ -44,6 +44,7 @@ Options parse(int argc, char** argv) {
   flags.add("--seed N", &o.seed, "random weights of --shape", /*min=*/0);
   flags.add_device(&o.device);
   flags.add_dtype(&o.dtype, at::kBFloat16);
+  flags.add_kv_dtype(&o.kv_dtype);
   flags.add_choice("--cache C", &o.cache, {"static", "hybrid"},
                    "static or hybrid (default: static for all-full models, hybrid when the model "
                    "has sliding layers)");
@@ -122,6 +123,7 @@ SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) 
         positions, s.max_len));
   }
   s.max_batch = o.max_batch;
+  s.kv_storage = apps::parse_kv_storage(o.kv_dtype);
   s.prefill_chunk = o.prefill_chunk;
   if (o.prefill_chunk > s.max_len) {
     throw FlagError(fmt::format("--prefill-chunk: expected at most --max-len={} but got {}",
@@ -162,8 +164,19 @@ serve::TextCodec text_codec(const Options& o) {
 #endif
 }
 
+// The cache's bytes, the staging buffer of a quantized cache on its own line.
+void print_cache_bytes(const Cache& cache) {
+  std::fprintf(stderr, "statickv-serve: cache %lld bytes (kv-dtype %s)\n",
+               static_cast<long long>(cache.memory_bytes()), to_string(cache.config().kv_storage));
+  if (!cache.config().plain_storage()) {
+    std::fprintf(stderr, "statickv-serve: of which staging buffer %lld bytes (one layer)\n",
+                 static_cast<long long>(cache.staging_bytes()));
+  }
+}
+
 void report(const Scheduler& engine) {
   const EngineStats s = engine.stats();
+  print_cache_bytes(engine.cache());
   std::fprintf(stderr,
                "statickv-serve: %lld requests (%lld completed, %lld cancelled, %lld rejected), "
                "%lld steps (%lld with prefill), occupancy %.3f, padded fraction %.3f, captures "

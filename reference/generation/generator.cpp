@@ -123,6 +123,7 @@ Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t m
 
   CacheConfig cache_config = model.cache_config(max_batch, max_len);
   cache_config.max_chunk = s.options.prefill_chunk > 0 ? s.chunk : 0;
+  cache_config.kv_storage = s.options.kv_storage;
   if (s.options.cache == CacheKind::kStatic) {
     s.cache = std::make_unique<StaticCache>(cache_config);
   } else {
@@ -420,6 +421,7 @@ GenerateResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     }
     result.decode_seconds = seconds_since(start, device);
     result.cache_bytes = s.cache ? s.cache->memory_bytes() : dynamic->memory_bytes();
+    result.staging_bytes = s.cache ? s.cache->staging_bytes() : 0;
   }
   // Outside inference mode: the caller gets ordinary tensors.
   result.tokens = std::move(rows.tokens);
