@@ -48,7 +48,7 @@ CallInputs pack_verify(const RowTable& table, const std::vector<std::vector<int6
 }
 
 Verdict judge(Active& row, const at::Tensor& logits, const at::Tensor& greedy,
-              const std::vector<int64_t>& drafts) {
+              const std::vector<int64_t>& drafts, const at::Tensor& q) {
   const auto n = static_cast<int64_t>(drafts.size());
   const Sampling& s = row.request.sampling;
   if (s.temperature <= 0.0) {
@@ -57,7 +57,7 @@ Verdict judge(Active& row, const at::Tensor& logits, const at::Tensor& greedy,
         drafts, std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + n + 1));
   }
   const at::Tensor p = detail::sampling_probs(logits.narrow(0, 0, n + 1), s.temperature, s.top_k);
-  return verify_sampled(drafts, p, at::Tensor(), row.generator);
+  return verify_sampled(drafts, p, q, row.generator);
 }
 
 }  // namespace statickv::reference::serving_detail

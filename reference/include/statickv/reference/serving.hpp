@@ -106,6 +106,12 @@ struct SchedulerOptions {
   /// Drafts do not count against token_budget.
   int64_t speculate = 0;
   int64_t lookup_ngram = 3;  ///< the longest n-gram prompt lookup matches
+  /// Draft-model drafting instead of prompt lookup (needs speculate >= 1):
+  /// a smaller model with the target's vocabulary and device, on its own
+  /// hybrid cache whose rows mirror the target cache's rows (every
+  /// admission, prefill, move, reset and rollback); each step it drafts
+  /// `speculate` tokens per decoding row in as many small calls. Not owned.
+  const LlamaModel* draft_model = nullptr;
 };
 
 struct EngineStats {
