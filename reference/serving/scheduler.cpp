@@ -5,6 +5,8 @@
 // token in another, picks the next token of every row that finished its
 // prompt or decoded, moves rows whose prompt is complete into the decode
 // region and retires finished rows by moving the last row into each hole.
+// Under speculation the decode call verifies each row's drafts; a draft
+// model's cache follows every row operation (RowTable) and prefill call.
 
 #include "state.hpp"
 

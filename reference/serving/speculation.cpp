@@ -1,5 +1,6 @@
-// The Scheduler's speculative decoding by prompt lookup (state.hpp,
-// docs/speculative.md): drafts, the verification call's inputs, verdicts.
+// The Scheduler's speculative decoding (state.hpp, docs/speculative.md):
+// prompt-lookup drafts, the verification call's inputs, verdicts (draft
+// models: draft_model.cpp).
 
 #include "../generation/sampling.hpp"
 #include "state.hpp"

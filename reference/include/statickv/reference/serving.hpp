@@ -98,10 +98,11 @@ struct SchedulerOptions {
   /// two from 64 to max_len, whose max must be max_len).
   std::optional<ShapeBuckets> prompt_buckets;
   std::optional<ShapeBuckets> attend_buckets;
-  /// Speculative decoding by prompt lookup (docs/speculative.md): every
-  /// decoding row verifies up to `speculate` drafts from its own ids in one
-  /// call of speculate + 1 query tokens per row, which must fit the cache's
-  /// max_chunk (the bucket serving prefill_chunk). 0 = off. Greedy requests
+  /// Speculative decoding (docs/speculative.md): every decoding row
+  /// verifies up to `speculate` drafts (by prompt lookup from its own ids,
+  /// or from `draft_model`) in one call of speculate + 1 query tokens per
+  /// row, which must fit the cache's max_chunk (the bucket serving
+  /// prefill_chunk). 0 = off. Greedy requests
   /// get exactly their plain tokens; sampled ones the same distribution.
   /// Drafts do not count against token_budget.
   int64_t speculate = 0;
