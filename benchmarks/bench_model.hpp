@@ -65,6 +65,26 @@ inline std::unique_ptr<reference::LlamaModel> random_model(const std::string& sh
   return std::make_unique<reference::LlamaModel>(std::move(config), std::move(weights));
 }
 
+/// A random-weight model drawn on `device` itself: on a GPU an 8B shape
+/// takes seconds instead of the CPU draw's minute (reference::random_weights
+/// draws on the CPU so a seed gives the same weights everywhere; timing
+/// benchmarks need no such thing).
+inline std::unique_ptr<reference::LlamaModel> device_random_model(const std::string& shape,
+                                                                  at::ScalarType dtype,
+                                                                  const at::Device& device,
+                                                                  uint64_t seed = 0) {
+  reference::ModelConfig config = model_shape(shape);
+  at::manual_seed(seed);
+  const auto opts = at::TensorOptions().dtype(dtype).device(device);
+  reference::Weights weights;
+  for (const auto& [name, shape_of] : reference::expected_parameters(config)) {
+    const bool is_norm = shape_of.size() == 1 && name.size() >= 7 &&
+                         name.compare(name.size() - 7, 7, ".weight") == 0;
+    weights[name] = is_norm ? at::ones(shape_of, opts) : at::randn(shape_of, opts).mul_(0.02);
+  }
+  return std::make_unique<reference::LlamaModel>(std::move(config), std::move(weights));
+}
+
 /// Bytes of every parameter a decode step reads once: all weights, except
 /// that the embedding table is only gathered (b rows) unless it is tied to
 /// the LM head, which reads it whole.

@@ -57,6 +57,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 using namespace statickv;
 using namespace statickv::bench;
@@ -64,7 +65,7 @@ using namespace statickv::bench;
 namespace {
 
 struct Options {
-  std::string device = "auto", dtype, contexts, json;
+  std::string device = "auto", dtype, contexts, json, kv_dtype;
   StackShape stack;  // Llama-3.2-1B geometry
   int64_t max_len = 4096;
   int rounds = 20, calls = 4, threads = 0;
@@ -242,6 +243,7 @@ int main(int argc, char** argv) try {
   Flags flags("statickv_bench_context", "decode-step cost vs context length, as ratios to ideal");
   flags.add_device(&o.device);
   flags.add_dtype(&o.dtype, at::kHalf);
+  flags.add_kv_dtype(&o.kv_dtype);  // adds the attend-KV column
   add_stack_flags(flags, &o.stack);
   flags.add("--max-len N", &o.max_len, "cache capacity", /*min=*/2);
   flags.add("--contexts LIST", &o.contexts,
@@ -284,12 +286,21 @@ int main(int argc, char** argv) try {
   config.dtype = dtype;
   config.device = device;
   StaticCache cache(config);
+  // --kv-dtype: the same cache with quantized storage, the same contents.
+  const KvStorage storage = apps::parse_kv_storage(o.kv_dtype);
+  CacheConfig quant_config = config;
+  quant_config.kv_storage = storage == KvStorage::kCompute ? KvStorage::kInt8 : storage;
+  std::unique_ptr<StaticCache> quant;
+  if (storage != KvStorage::kCompute) quant = std::make_unique<StaticCache>(quant_config);
   at::manual_seed(0);
   {
     StepPlan fill = cache.prepare(at::arange(o.max_len - 1, long_opts), 1);
+    std::optional<StepPlan> quant_fill;
+    if (quant) quant_fill = quant->prepare(at::arange(o.max_len - 1, long_opts), 1);
     for (int64_t l = 0; l < L; ++l) {
       const at::Tensor kv = at::randn({1, o.stack.kv_heads, o.max_len - 1, o.stack.head_dim}, opts);
       cache.update(l, kv, kv, fill);
+      if (quant) quant->update(l, kv, kv, *quant_fill);
     }
   }
   // ideal: per layer a contiguous [1, kv_heads, max_len, head_dim], same contents.
@@ -335,6 +346,14 @@ int main(int argc, char** argv) try {
       return out;
     };
   };
+  auto quant_step = [&](int64_t attend) -> StepFn {
+    return [&, attend](const at::Tensor& pos) {
+      StepPlan step = quant->prepare(pos, 1, attend);
+      at::Tensor out;
+      for (int64_t l = 0; l < L; ++l) out = quant->attend(l, q, quant->update(l, k, v, step), step);
+      return out;
+    };
+  };
   auto cache_step = [&](int64_t attend, bool bool_mask = false) -> StepFn {
     return [&, attend, bool_mask](const at::Tensor& pos) {
       StepPlan step = cache.prepare(pos, 1, attend);
@@ -357,9 +376,18 @@ int main(int argc, char** argv) try {
   fmt::print("ratios to the ideal, median [p10, p90] of paired rounds\n");
   fmt::print("attend: Cache::attend, {} path (attend-max: attend_len = max_len)\n",
              cache.attention_path(0, q) == AttentionPath::kVarlen ? "varlen" : "masked");
-  fmt::print("{:>7} {:>9} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19}\n", "context",
-             "ideal ms", "statickv", "hf-static", "dynamic (cat)", "ideal+mask", "sk-bool",
-             "attend", "attend-max");
+  const std::string kv_name = std::string("attend-") + to_string(storage);
+  if (quant) {
+    fmt::print(
+        "{}: Cache::attend over the same cache stored as {} ({} bytes, plain {}); "
+        "{}/attend: its ratio to attend, paired\n",
+        kv_name, to_string(storage), quant->memory_bytes(), cache.memory_bytes(), kv_name);
+  }
+  fmt::print("{:>7} {:>9} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19}", "context", "ideal ms",
+             "statickv", "hf-static", "dynamic (cat)", "ideal+mask", "sk-bool", "attend",
+             "attend-max");
+  if (quant) fmt::print(" {:>19} {:>19}", kv_name, kv_name + "/attend");
+  fmt::print("\n");
 
   Json rows = Json::array();
   bool all_ok = true;
@@ -382,7 +410,7 @@ int main(int argc, char** argv) try {
       }
       return out;
     };
-    const std::vector<std::pair<std::string, StepFn>> steps = {
+    std::vector<std::pair<std::string, StepFn>> steps = {
         {"ideal", ideal_step(len)},
         {"statickv", cache_step(len)},
         {"hf-static", cache_step(o.max_len)},
@@ -391,6 +419,7 @@ int main(int argc, char** argv) try {
         {"sk-bool", cache_step(len, /*bool_mask=*/true)},
         {"attend", attend_step(len)},
         {"attend-max", attend_step(o.max_len)}};
+    if (quant) steps.emplace_back(kv_name, quant_step(len));
 
     std::vector<std::unique_ptr<GraphRunner>> runners;
     std::vector<Variant> variants;
@@ -430,10 +459,18 @@ int main(int argc, char** argv) try {
     auto cell = [](const Stats& r) {
       return fmt::format("{:.2f} [{:.2f}, {:.2f}]", r.median, r.p10, r.p90);
     };
-    fmt::print("{:>7} {:>9.3f} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19}{}\n", len,
+    fmt::print("{:>7} {:>9.3f} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19}", len,
                stats[0].median * 1e3, cell(sk), cell(hf), cell(dyn), cell(masked), cell(bool_mask),
-               cell(att), cell(att_max), ok ? "" : "  ABOVE TARGET");
+               cell(att), cell(att_max));
     Json row = Json::object({{"context", len}});
+    if (quant) {
+      const Stats kv = paired_ratio(stats[8], stats[0]);
+      const Stats kv_vs_attend = paired_ratio(stats[8], stats[6]);
+      fmt::print(" {:>19} {:>19}", cell(kv), cell(kv_vs_attend));
+      row["attend_kv_ratio"] = to_json(kv);
+      row["attend_kv_vs_attend"] = to_json(kv_vs_attend);
+    }
+    fmt::print("{}\n", ok ? "" : "  ABOVE TARGET");
     for (size_t i = 0; i < steps.size(); ++i) row[steps[i].first + "_s"] = to_json(stats[i]);
     row["statickv_ratio"] = to_json(sk);
     row["hf_static_ratio"] = to_json(hf);

@@ -59,8 +59,11 @@ mode="reduce-overhead" on CUDA):
                 its first call's batch), model.generate; dynamo's recompile
                 limit raised to 64 so it can finish
   statickv      one statickv.hf.StaticKVCache for both scenarios' calls,
-                statickv.hf.generate, batch buckets {1, 2, 4}, prompt
-                buckets {32, 64, 96, 128}, the default recompile limit (8)
+                statickv.hf.generate, batch buckets {1, 2, 4}, the default
+                recompile limit (8); one run per prompt-bucket set of
+                --seed-prompt-buckets (default "32,64,96,128;32": four
+                length buckets, then one 32-token chunk that prefills every
+                length in chunks, so one prefill graph serves them all)
 Reported: total seconds, per-request seconds (the first request at each new
 length), graphs compiled, graph breaks, and whether the tokens are equal.
 
@@ -173,9 +176,13 @@ def load_hf(directory, dtype, device, compiled):
     return model
 
 
-def compile_config(device):
-    """transformers' auto-compile settings for the hf-compile variant."""
-    config = CompileConfig(fullgraph=True, mode="reduce-overhead")
+def compile_config(device, backend="inductor"):
+    """transformers' auto-compile settings for the hf-compile variant: the
+    one place compilation is set up for transformers' generate()."""
+    if backend == "inductor":
+        config = CompileConfig(fullgraph=True, mode="reduce-overhead")
+    else:  # eager / aot_eager: checks the plumbing quickly (modes are Inductor's)
+        config = CompileConfig(fullgraph=True, backend=backend, mode=None)
     if device.type != "cuda":
         # --cuda-parts-on-cpu: transformers only auto-compiles on accelerators
         # unless told otherwise (a private switch of its own tests).
@@ -366,12 +373,14 @@ def chat_ids(tokenizer, text):
                                          add_generation_prompt=True, return_dict=True)["input_ids"]
 
 
-def hf_batch(model, prompt, batch, new_tokens, cache, device):
+def hf_batch(model, prompt, batch, new_tokens, cache, device, compiled=None):
     """One greedy batch of `batch` copies of `prompt` through transformers:
-    (rows' new ids, prefill seconds (to the first token), decode seconds)."""
+    (rows' new ids, prefill seconds (to the first token), decode seconds).
+    compiled: a CompileConfig for transformers' own compiled decode step
+    (static cache only), else eager."""
     config = GenerationConfig(
         do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-        cache_implementation=cache, disable_compile=True,
+        cache_implementation=cache, disable_compile=compiled is None, compile_config=compiled,
         eos_token_id=None, bos_token_id=None, pad_token_id=0,
     )  # fmt: skip
     ids = torch.tensor([prompt] * batch, dtype=torch.long, device=device)
@@ -384,11 +393,13 @@ def hf_batch(model, prompt, batch, new_tokens, cache, device):
     return out[:, len(prompt):].tolist(), t[1] - start, t[-1] - t[1]
 
 
-def statickv_batch(args, prompt, batch, new_tokens, scratch):
+def statickv_batch(args, prompt, batch, new_tokens, scratch, checkpoint=None, path="plain"):
     """The same batch through statickv-demo (StaticCache, its own warm-up
-    call first): (rows' new ids, prefill seconds, decode seconds)."""
+    call first; --path plain or fused): (rows' new ids, prefill seconds,
+    decode seconds)."""
     ids = ",".join(str(i) for i in prompt)
-    command = [args.demo, "--checkpoint", args.checkpoint, "--device", args.device,
+    command = [args.demo, "--checkpoint", str(checkpoint or args.checkpoint), "--path", path,
+               "--device", args.device,
                "--dtype", args.dtype, "--cache", "static", "--no-compare", "--ignore-eos",
                "--max-new-tokens", str(new_tokens), "--prompt-ids", ";".join([ids] * batch),
                "--json", str(scratch)]
@@ -479,6 +490,51 @@ def real_model(args, results, save):
         results["batches"].append(real_model_batch(args, variants, prompt, batch, scratch))
         print_real_model_batch(results["batches"][-1])
         save()
+def recompiles_at_new_length(model, prompt, new_tokens, device, compiled):
+    """Graphs dynamo compiles for one request at a prompt length not seen
+    before (the compiled model already warm at len(prompt))."""
+    before = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    longer = (prompt * 2)[:len(prompt) + 37]
+    hf_batch(model, longer, 1, new_tokens, "static", device, compiled)
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"]) - before
+
+
+def roofline(args, shape, results, save):
+    """Decode tokens/s at each --roofline-batches: transformers' static cache
+    with its compiled decode step (compile_config, as its docs say) against
+    statickv-demo on the plain and the fused path; then dynamo's recompiles
+    for a new prompt length (issue 15)."""
+    device = torch.device(args.device)
+    directory = checkpoint(args.workdir, shape, args.seed, device)
+    vocab = hf_config(shape).vocab_size
+    prompt = torch.randint(1, vocab, (args.prompt_len,),
+                           generator=torch.Generator().manual_seed(args.seed + 1)).tolist()
+    model = load_hf(directory, DTYPES[args.dtype], device, compiled=True)
+    compiled = compile_config(device, args.compile_backend)
+    scratch = Path(args.workdir) / "statickv-demo-roofline.json"
+    scratch.parent.mkdir(parents=True, exist_ok=True)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    variants = {
+        "hf-compile": lambda b: hf_batch(model, prompt, b, args.new_tokens, "static", device,
+                                         compiled),
+        "statickv": lambda b: statickv_batch(args, prompt, b, args.new_tokens, scratch, directory),
+        "statickv-fused": lambda b: statickv_batch(args, prompt, b, args.new_tokens, scratch,
+                                                   directory, "fused"),
+    }
+    entry = {"shape": shape, "batches": []}
+    results.setdefault("roofline", []).append(entry)
+    for batch in [int(b) for b in args.roofline_batches.split(",")]:
+        entry["batches"].append(real_model_batch(args, variants, prompt, batch, scratch))
+        print_real_model_batch(entry["batches"][-1])
+        save()
+    entry["hf_recompiles_per_new_length"] = recompiles_at_new_length(
+        model, prompt, args.new_tokens, device, compiled)
+    print(f"  {shape}: dynamo compiled {entry['hf_recompiles_per_new_length']} new graph(s) for "
+          f"a new prompt length", flush=True)
+    save()
+
+
 SEED_BATCHES = [4, 2, 3, 1]  # transformers PR 37394 / issue 42454
 SEED_LENGTHS = [17 + 7 * i for i in range(15)] + [120]  # issue 29151: 16 new lengths
 
@@ -537,8 +593,6 @@ def seed_scenarios(args, directory, device, dtype, entry, save):
     """The two seed scenarios end to end, compile time included: transformers'
     StaticCache (fresh per call) against one statickv.hf.StaticKVCache, both
     with the forward compiled by the user."""
-    import statickv.hf  # the Python package (pip install --no-build-isolation .)
-
     max_len = 128 + args.new_tokens  # the largest prompt bucket, then the new tokens
     inputs = seed_inputs(hf_config(entry["shape"]).vocab_size, args.seed, 48, args.new_tokens)
     # transformers recompiles per batch size and prompt length: past dynamo's
@@ -554,34 +608,51 @@ def seed_scenarios(args, directory, device, dtype, entry, save):
                                     device) for name, rows in inputs.items()}
     del hf
     torch._dynamo.config.recompile_limit = 8
+    hf_ids = {name: run.pop("outputs") for name, run in hf_runs.items()}
+    entry["seeds"] = {name: {"hf_static": hf_runs[name], "statickv": {}} for name in inputs}
+    for buckets in args.seed_prompt_buckets:
+        sk_runs = statickv_seed_runs(args, directory, device, dtype, max_len, buckets, inputs)
+        label = ",".join(map(str, buckets))
+        for name in inputs:
+            entry["seeds"][name]["statickv"][label] = seed_side(hf_runs[name], hf_ids[name],
+                                                                sk_runs[name])
+        save()
+    print_seeds(entry["seeds"])
+
+
+def statickv_seed_runs(args, directory, device, dtype, max_len, prompt_buckets, inputs):
+    """Both scenarios on one fresh StaticKVCache with these prompt buckets,
+    from a clean dynamo state (a fresh model, so nothing compiled carries over)."""
+    import statickv.hf  # the Python package (pip install --no-build-isolation .)
+
     model = compile_forward(load_hf(directory, dtype, device, compiled=False), device,
-                         args.compile_backend)
+                            args.compile_backend)
     cache = statickv.hf.StaticKVCache(model.config, max_batch_size=4, max_cache_len=max_len,
                                       device=device, dtype=dtype, batch_buckets=[1, 2, 4],
-                                      prompt_buckets=[32, 64, 96, 128])
-    sk_runs = {name: timed_requests(
+                                      prompt_buckets=prompt_buckets)
+    return {name: timed_requests(
         lambda ids, n: statickv.hf.generate(model, cache, ids, max_new_tokens=n), rows, device)
         for name, rows in inputs.items()}
-    entry["seeds"] = {name: seed_row(hf_runs[name], sk_runs[name]) for name in inputs}
-    print_seeds(entry["seeds"])
-    save()
 
 
-def seed_row(hf, sk):
-    same = all(torch.equal(a, b) for a, b in zip(hf.pop("outputs"), sk.pop("outputs")))
-    return {"hf_static": hf, "statickv": sk, "same_tokens": same,
-            "speedup_total": hf["total_s"] / sk["total_s"]}
+def seed_side(hf, hf_ids, sk):
+    """One statickv run against transformers' run of the same requests."""
+    sk["same_tokens"] = all(torch.equal(a, b) for a, b in zip(hf_ids, sk.pop("outputs")))
+    sk["speedup_total"] = hf["total_s"] / sk["total_s"]
+    return sk
 
 
 def print_seeds(rows):
     print("\n  seed scenarios (compile time included)      total s  graphs  breaks", flush=True)
     for name, row in rows.items():
-        for side in ("hf_static", "statickv"):
-            r = row[side]
+        sides = [("hf_static", row["hf_static"])]
+        sides += [(f"statickv buckets {label}", r) for label, r in row["statickv"].items()]
+        for side, r in sides:
             print(f"  {name:11s} {side:28s} {r['total_s']:8.1f}  {r['graphs']:6d}  "
                   f"{r['graph_breaks']:6d}")
-        print(f"  {name:11s} statickv faster in total: {row['speedup_total']:.1f}x; "
-              f"same tokens: {row['same_tokens']}")
+        for label, r in row["statickv"].items():
+            print(f"  {name:11s} statickv (buckets {label}) faster in total: "
+                  f"{r['speedup_total']:.1f}x; same tokens: {r['same_tokens']}")
 
 
 def main():
@@ -595,7 +666,10 @@ def main():
     parser.add_argument("--exe", default="", help="statickv-serve (the serve part)")
     parser.add_argument("--parts", default="serve", help="comma-separated: serve (statickv-serve "
                         "against hf), seeds (the two seed scenarios through the Python package), "
-                        "smollm2 (the real model: --checkpoint, --demo)")
+                        "smollm2 (the real model: --checkpoint, --demo), roofline (decode "
+                        "tokens/s at --roofline-batches: hf static compiled vs statickv plain "
+                        "and fused; --shapes, --demo)")
+    parser.add_argument("--roofline-batches", default="1,16", help="roofline: batch sizes")
     parser.add_argument("--shapes", default="tiny", help="comma-separated: tiny, llama-3.2-1b")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--dtype", default=None, help="fp32, fp16, bf16 (default fp32 cpu, bf16 cuda)")
@@ -610,14 +684,19 @@ def main():
     parser.add_argument("--no-compile", action="store_true", help="CUDA: skip the torch.compile runs")
     parser.add_argument("--compile-backend", default="inductor",
                         help="seeds: torch.compile backend (inductor; eager or aot_eager to test)")
+    parser.add_argument("--seed-prompt-buckets", default="32,64,96,128;32",
+                        type=lambda v: [[int(n) for n in b.split(",")] for b in v.split(";") if b],
+                        help="seeds: statickv's prompt buckets, one run per ';'-separated set")
     parser.add_argument("--deadline-s", type=float, default=0, help="stop optional parts after this")
     parser.add_argument("--json", default="", help="write results here")
     parser.add_argument("--cuda-parts-on-cpu", action="store_true",
                         help="testing: run the torch.compile and new-length parts on the CPU too")
     args = parser.parse_args()
     parts = {p for p in args.parts.split(",") if p}
-    if not parts <= {"serve", "seeds", "smollm2"}:
-        parser.error(f"--parts: expected serve, seeds and/or smollm2 but got {args.parts}")
+    if not parts <= {"serve", "seeds", "smollm2", "roofline"}:
+        parser.error(f"--parts: expected serve, seeds, smollm2 and/or roofline but got {args.parts}")
+    if "roofline" in parts and not args.demo:
+        parser.error("--demo: expected statickv-demo for the roofline part")
     if "serve" in parts and not args.exe:
         parser.error("--exe: expected statickv-serve for the serve part")
     if "smollm2" in parts and not (args.checkpoint and args.demo):
@@ -659,6 +738,9 @@ def main():
 
     if "smollm2" in parts:
         real_model(args, results, save)
+    if "roofline" in parts:
+        for shape in [s for s in args.shapes.split(",") if s]:
+            roofline(args, shape, results, save)
     for shape in [s for s in args.shapes.split(",") if s and parts & {"serve", "seeds"}]:
         directory = checkpoint(args.workdir, shape, args.seed, device)
         vocab = hf_config(shape).vocab_size

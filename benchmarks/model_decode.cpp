@@ -5,7 +5,10 @@
 //   16/1   a cache of max_batch 16 serving live batch 1 (batch-prefix views)
 //   1/1    a cache of max_batch 1 (the exact-size baseline)
 //   16/16  the max_batch 16 cache serving all 16 rows
-// each eager and, on CUDA, replayed from a CUDA graph (GraphRunner). Prints
+// each eager and, on CUDA, replayed from a CUDA graph (GraphRunner); with
+// --fused each also through the fused decoder path (Note [fused decode
+// path]), side by side, with the kernels a captured batch-1 step launches
+// per path counted from its graph (cudaGraphGetNodes). Prints
 // the batch-prefix ratio 16/1 : 1/1 (target <= 1.03), graph speed-ups, and
 // the bandwidth a step achieves: (weight bytes + KV bytes read per step) /
 // step time, against a device copy measured in the same process.
@@ -25,10 +28,10 @@ using namespace statickv::bench;
 namespace {
 
 struct Options {
-  std::string device = "auto", shape = "llama-3.2-1b", dtype, json;
+  std::string device = "auto", shape = "llama-3.2-1b", dtype, json, kv_dtype;
   int64_t context = 1024, max_len = 2048, max_batch = 16;
   int rounds = 15, calls = 2, threads = 0;
-  bool no_graphs = false, no_full_batch = false;
+  bool no_graphs = false, no_full_batch = false, fused = false;
 };
 
 // Bytes per second of a device copy (read + write), the best of a few runs.
@@ -50,12 +53,46 @@ double copy_bandwidth(const at::Device& device) {
   return best;
 }
 
-// One cache and the decode step over it, eager or through a GraphRunner.
+// One cache and the decode step over it, eager or through a GraphRunner,
+// for each decoder path ([0] plain, [1] fused).
 struct Subject {
   std::unique_ptr<StaticCache> cache;
-  std::unique_ptr<reference::CacheBackend> backend;
-  std::unique_ptr<GraphRunner> runner;
+  std::unique_ptr<reference::CacheBackend> backend[2];
+  std::unique_ptr<GraphRunner> runner[2];
 };
+
+const reference::DecodePath kPaths[2] = {reference::DecodePath::kPlain,
+                                         reference::DecodePath::kFused};
+
+#ifdef STATICKV_HAS_CUDA
+// Kernels a captured batch-1 decode step launches, per decoder path; per
+// layer = the step's kernels / num_layers (embedding, final norm and LM
+// head included, spread over the layers).
+Json count_kernels(const reference::LlamaModel& model, Subject& s, const at::Tensor& ids,
+                   const at::Tensor& pos, int64_t attend) {
+  Json out = Json::object();
+  const auto layers = static_cast<double>(model.config().num_hidden_layers);
+  for (int p = 0; p < 2; ++p) {
+    reference::CacheBackend& backend = *s.backend[p];
+    const statickv::detail::GraphNodeCounts n = statickv::detail::count_graph_nodes(
+        s.cache->config().device, 2, [&] { model.forward(ids, pos, backend, attend); });
+    const char* name = reference::to_string(kPaths[p]);
+    fmt::print("kernels per captured batch-1 step, {}: {} ({:.1f} per layer), {} copies, {} sets\n",
+               name, n.kernels, static_cast<double>(n.kernels) / layers, n.copies, n.sets);
+    out[name] = Json::object({{"kernels", n.kernels},
+                              {"copies", n.copies},
+                              {"sets", n.sets},
+                              {"nodes", n.total},
+                              {"kernels_per_layer", static_cast<double>(n.kernels) / layers}});
+  }
+  return out;
+}
+#else
+Json count_kernels(const reference::LlamaModel&, Subject&, const at::Tensor&, const at::Tensor&,
+                   int64_t) {
+  return Json();  // no CUDA graphs in this build
+}
+#endif
 
 }  // namespace
 
@@ -66,6 +103,7 @@ int main(int argc, char** argv) try {
   flags.add_device(&o.device);
   add_shape_flag(flags, &o.shape, "model shape (random weights)");
   flags.add_dtype(&o.dtype, at::kBFloat16);
+  flags.add_kv_dtype(&o.kv_dtype);  // adds the quantized 1/1 variants, side by side
   flags.add("--context N", &o.context, "tokens cached before the step", /*min=*/1);
   flags.add("--max-len N", &o.max_len, "cache capacity", /*min=*/2);
   flags.add("--max-batch N", &o.max_batch, "rows of the large cache", /*min=*/1);
@@ -75,6 +113,9 @@ int main(int argc, char** argv) try {
   add_json_flag(flags, &o.json);
   flags.add_switch("--no-graphs", &o.no_graphs, "CUDA: eager variants only");
   flags.add_switch("--no-full-batch", &o.no_full_batch, "skip the max-batch/max-batch variants");
+  flags.add_switch("--fused", &o.fused,
+                   "also run every variant through the fused decoder path, side by side (CUDA: "
+                   "and count the kernels of a captured batch-1 step per path)");
   flags.parse(argc, argv);
   check_context(o.context, o.max_len);
   set_threads(o.threads);
@@ -84,7 +125,8 @@ int main(int argc, char** argv) try {
   const bool graphs = device.is_cuda() && !o.no_graphs;
 
   const auto load_start = Clock::now();
-  auto model = random_model(o.shape, dtype, device);
+  auto model = device.is_cuda() ? device_random_model(o.shape, dtype, device)
+                                : random_model(o.shape, dtype, device);
   const reference::ModelConfig& mc = model->config();
   fmt::print(
       "statickv model decode: {} ({} layers, hidden {}, {} q / {} kv heads x {}), {} on {}\n",
@@ -94,19 +136,24 @@ int main(int argc, char** argv) try {
              o.max_len, at::get_num_threads(), seconds_since(load_start, device));
 
   const int64_t attend = o.context + 1;  // the step writes position `context`
-  auto make = [&](int64_t max_batch) {
+  const KvStorage storage = apps::parse_kv_storage(o.kv_dtype);
+  auto make = [&](int64_t max_batch, KvStorage kv = KvStorage::kCompute) {
     Subject s;
-    s.cache = std::make_unique<StaticCache>(model->cache_config(max_batch, o.max_len));
+    CacheConfig config = model->cache_config(max_batch, o.max_len);
+    config.kv_storage = kv;
+    s.cache = std::make_unique<StaticCache>(config);
     fill_cache(*s.cache, max_batch, o.context);
-    s.backend = std::make_unique<reference::CacheBackend>(*s.cache);
-    if (graphs) {
+    for (int p = 0; p < (o.fused ? 2 : 1); ++p) {
+      s.backend[p] = std::make_unique<reference::CacheBackend>(
+          *s.cache, reference::AttentionKernel::kSdpa, kPaths[p]);
+      if (!graphs) continue;
       GraphRunner::Options ro;
       ro.device = device;
       ro.batch_buckets = ShapeBuckets::powers_of_two(max_batch);
       ro.attend_buckets = ShapeBuckets::of({attend});
-      reference::CacheBackend* backend = s.backend.get();
+      reference::CacheBackend* backend = s.backend[p].get();
       const reference::LlamaModel* m = model.get();
-      s.runner = std::make_unique<GraphRunner>(
+      s.runner[p] = std::make_unique<GraphRunner>(
           std::vector<InputSpec>{{"ids", at::kLong, {}, 0}, {"positions", at::kLong, {}, -1}},
           [m, backend](const std::vector<at::Tensor>& in, const GraphKey& key) {
             return std::vector<at::Tensor>{m->forward(in[0], in[1], *backend, key.attend_len)};
@@ -117,6 +164,8 @@ int main(int argc, char** argv) try {
   };
   Subject large = make(o.max_batch);
   Subject small = make(1);
+  const bool quantized = storage != KvStorage::kCompute;
+  Subject small_kv = quantized ? make(1, storage) : Subject{};
 
   const auto long_opts = at::TensorOptions().dtype(at::kLong).device(device);
   struct Input {
@@ -132,21 +181,26 @@ int main(int argc, char** argv) try {
     std::string name;
     int64_t batch;
     bool graph;
+    int path;
   };
   std::vector<Variant> variants;
   std::vector<Row> rows;
-  auto add = [&](const std::string& name, Subject& s, const Input& in, bool graph) {
+  auto add_path = [&](const std::string& name, Subject& s, const Input& in, bool graph, int p) {
     const int64_t b = in.ids.size(0);
-    rows.push_back({name, b, graph});
+    rows.push_back({p == 0 ? name : name + " fused", b, graph, p});
     if (graph) {
-      variants.push_back({name, [s = &s, in = &in, attend] {
-                            s->runner->run({in->ids, in->pos}, attend);
+      variants.push_back({rows.back().name, [s = &s, in = &in, attend, p] {
+                            s->runner[p]->run({in->ids, in->pos}, attend);
                           }});
     } else {
-      variants.push_back({name, [s = &s, in = &in, m = model.get(), attend] {
-                            m->forward(in->ids, in->pos, *s->backend, attend);
+      variants.push_back({rows.back().name, [s = &s, in = &in, m = model.get(), attend, p] {
+                            m->forward(in->ids, in->pos, *s->backend[p], attend);
                           }});
     }
+  };
+  // Each variant, then (with --fused) its fused twin right after it.
+  auto add = [&](const std::string& name, Subject& s, const Input& in, bool graph) {
+    for (int p = 0; p < (o.fused ? 2 : 1); ++p) add_path(name, s, in, graph, p);
   };
   const std::string big = std::to_string(o.max_batch);
   add(big + "/1 eager", large, one, false);
@@ -157,6 +211,10 @@ int main(int argc, char** argv) try {
     add("1/1 graph", small, one, true);
     if (!o.no_full_batch) add(big + "/" + big + " graph", large, all, true);
   }
+  const size_t kv_first = rows.size();  // the quantized variants, after the plain ones
+  const std::string kv_name = std::string(" ") + to_string(storage);
+  if (quantized) add("1/1 eager" + kv_name, small_kv, one, false);
+  if (quantized && graphs) add("1/1 graph" + kv_name, small_kv, one, true);
 
   fmt::print("{} interleaved rounds x {} steps per variant\n", o.rounds, o.calls);
   const std::vector<Stats> stats = measure_interleaved(variants, device, o.rounds, o.calls, 2);
@@ -179,6 +237,7 @@ int main(int argc, char** argv) try {
                static_cast<double>(rows[i].batch) / s.median, bw / 1e9, 100.0 * bw / copy_bw);
     json_rows.push_back(
         Json::object({{"name", rows[i].name},
+                      {"path", reference::to_string(kPaths[rows[i].path])},
                       {"batch", rows[i].batch},
                       {"graph", rows[i].graph},
                       {"step_s", to_json(s)},
@@ -189,14 +248,15 @@ int main(int argc, char** argv) try {
   }
   fmt::print("\ndevice copy bandwidth (read + write): {:.1f} GB/s\n", copy_bw / 1e9);
 
+  const size_t per = o.fused ? 2 : 1;  // rows per variant: plain (and fused)
   Json ratios;
-  const Stats prefix = paired_ratio(stats[0], stats[1]);
+  const Stats prefix = paired_ratio(stats[0], stats[per]);
   fmt::print("batch-prefix ratio {}/1 : 1/1, eager (target <= 1.03): {}  {}\n", big,
              ratio_text(prefix), prefix.median <= 1.03 ? "ok" : "ABOVE TARGET");
   ratios["batch_prefix_eager"] = to_json(prefix);
   if (graphs) {
-    const size_t g = o.no_full_batch ? 2 : 3;  // first graph variant
-    const Stats gprefix = paired_ratio(stats[g], stats[g + 1]);
+    const size_t g = per * (o.no_full_batch ? 2 : 3);  // first graph variant
+    const Stats gprefix = paired_ratio(stats[g], stats[g + per]);
     fmt::print("batch-prefix ratio {}/1 : 1/1, graph (target <= 1.03): {}  {}\n", big,
                ratio_text(gprefix), gprefix.median <= 1.03 ? "ok" : "ABOVE TARGET");
     const Stats speedup1 = paired_ratio(stats[0], stats[g]);
@@ -204,7 +264,7 @@ int main(int argc, char** argv) try {
     ratios["batch_prefix_graph"] = to_json(gprefix);
     ratios["graph_speedup_b1"] = to_json(speedup1);
     if (!o.no_full_batch) {
-      const Stats speedup16 = paired_ratio(stats[2], stats[g + 2]);
+      const Stats speedup16 = paired_ratio(stats[2 * per], stats[g + 2 * per]);
       fmt::print("graph speed-up, batch {} (eager / graph):  {}\n", big, ratio_text(speedup16));
       ratios["graph_speedup_full_batch"] = to_json(speedup16);
     }
@@ -213,6 +273,37 @@ int main(int argc, char** argv) try {
         copy_bw;
     fmt::print("bandwidth at batch 1 with graphs: {:.1f}% of copy (target >= 70%)  {}\n",
                100.0 * frac, frac >= 0.70 ? "ok" : "BELOW TARGET");
+    ratios["bandwidth_fraction_b1_graph"] = frac;
+    if (o.fused) {
+      const double fused_frac = frac * stats[g].median / stats[g + 1].median;
+      fmt::print("bandwidth at batch 1 with graphs, fused: {:.1f}% of copy (target >= 70%)  {}\n",
+                 100.0 * fused_frac, fused_frac >= 0.70 ? "ok" : "BELOW TARGET");
+      ratios["bandwidth_fraction_b1_graph_fused"] = fused_frac;
+    }
+  }
+  if (o.fused) {
+    // The fused twin of every variant sits right after it.
+    for (size_t i = 0; i + 1 < rows.size(); i += 2) {
+      const Stats speedup = paired_ratio(stats[i], stats[i + 1]);
+      fmt::print("fused speed-up, {} (plain / fused): {}\n", rows[i].name, ratio_text(speedup));
+      ratios["fused_speedup " + rows[i].name] = to_json(speedup);
+    }
+  }
+  const Json kernels =
+      o.fused && graphs ? count_kernels(*model, small, one.ids, one.pos, attend) : Json();
+
+  if (quantized) {
+    fmt::print("cache bytes, 1 row: plain {}, {} {} (of which staging {})\n",
+               small.cache->memory_bytes(), to_string(storage), small_kv.cache->memory_bytes(),
+               small_kv.cache->staging_bytes());
+    const Stats eager_kv = paired_ratio(stats[kv_first], stats[1]);
+    fmt::print("1/1 eager{} : 1/1 eager: {}\n", kv_name, ratio_text(eager_kv));
+    ratios["kv_storage_eager"] = to_json(eager_kv);
+    if (graphs) {
+      const Stats graph_kv = paired_ratio(stats[kv_first + 1], stats[o.no_full_batch ? 3 : 4]);
+      fmt::print("1/1 graph{} : 1/1 graph: {}\n", kv_name, ratio_text(graph_kv));
+      ratios["kv_storage_graph"] = to_json(graph_kv);
+    }
   }
 
   write_json(o.json, Json::object({{"benchmark", "model_decode"},
@@ -227,6 +318,7 @@ int main(int argc, char** argv) try {
                                    {"calls", o.calls},
                                    {"copy_bandwidth_Bps", copy_bw},
                                    {"variants", json_rows},
+                                   {"kernels", kernels},
                                    {"ratios", ratios}}));
   return 0;
 } catch (...) {

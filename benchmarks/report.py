@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Turns the benchmarks' JSON into a markdown report with gnuplot plots.
 
-usage: report.py [RESULTS_DIR] [--title TEXT] [--plots-only]
+usage: report.py [RESULTS_DIR] [--title TEXT] [--plots-only] [--roofline FILE --commit SHA]
 
 Reads whichever of these RESULTS_DIR holds (scripts/demo.sh writes them):
   decode_step.json  model_decode.json  prompt_lengths.json  context_length.json
@@ -13,6 +13,10 @@ RESULTS_DIR/REPORT.md: one section per benchmark with its table,
 the command that produced it, the machine, LibTorch version and date, and the
 plots (RESULTS_DIR/*.png, drawn with gnuplot when it is installed: Debian's
 gnuplot-nox). Standard library only.
+
+--roofline FILE also writes issue 15's summary there (roofline_summary():
+model_decode.json and model_decode_8b.json with --fused, hf_roofline.json);
+a key whose benchmark did not run is null, never a guess.
 """
 
 import json
@@ -113,6 +117,13 @@ def model_decode(d, plots):
         if "graph_speedup_full_batch" in r:
             lines.append(f"Graph speed-up at batch {d['max_batch']}: "
                          f"{rt(r['graph_speedup_full_batch'])}")
+    for key, value in r.items():
+        if key.startswith("fused_speedup "):
+            lines.append(f"Fused path speed-up, {key[len('fused_speedup '):]} (plain / fused): "
+                         f"{rt(value)}")
+    for path, k in (d.get("kernels") or {}).items():
+        lines.append(f"Kernels of a captured batch-1 step, {path}: {k['kernels']} "
+                     f"({k['kernels_per_layer']:.1f} per layer)")
     data = "".join(f"\"{x['name']}\" {x['tokens_per_s']:.3f}\n" for x in d["variants"])
     name = "model_decode" if d["shape"] != "smollm2-135m" else f"smollm2_decode_b{d['max_batch']}"
     png = plots.plot(name, data, (
@@ -334,21 +345,87 @@ def hf_seeds(d, plots):
     rows = []
     for e in d["shapes"]:
         for name, row in e.get("seeds", {}).items():
-            hf, sk = row["hf_static"], row["statickv"]
-            rows.append([e["shape"], name, f"{hf['total_s']:.1f}", hf["graphs"],
-                         f"{sk['total_s']:.1f}", sk["graphs"], f"{row['speedup_total']:.1f}x",
-                         row["same_tokens"]])
+            hf = row["hf_static"]
+            for buckets, sk in row["statickv"].items():
+                rows.append([e["shape"], name, f"{hf['total_s']:.1f}", hf["graphs"], buckets,
+                             f"{sk['total_s']:.1f}", sk["graphs"], f"{sk['speedup_total']:.1f}x",
+                             sk["same_tokens"]])
     return "\n\n".join([
         "The two seed scenarios end to end, compile time included (hf_compare.py --parts "
         "seeds): transformers' StaticCache fresh per call against one statickv.hf.StaticKVCache, "
         f"both with the forward compiled; {d['new_tokens']} new tokens per request.",
-        table(["shape", "scenario", "hf total s", "hf graphs", "statickv total s",
-               "statickv graphs", "statickv faster", "same tokens"], rows)])
+        table(["shape", "scenario", "hf total s", "hf graphs", "statickv prompt buckets",
+               "statickv total s", "statickv graphs", "statickv faster", "same tokens"], rows)])
+
+
+def variant(d, name):
+    """The model_decode variant called `name`, or None."""
+    return next((x for x in (d or {}).get("variants", []) if x["name"] == name), None)
+
+
+def hf_roofline_ratio(hf, batch):
+    """statickv fused / hf-compile decode tokens/s (ratio of medians) at `batch`."""
+    for entry in (hf or {}).get("roofline", []):
+        for row in entry["batches"]:
+            if row["batch"] == batch:
+                v = row["variants"]
+                return (v["statickv-fused"]["decode_tokens_per_s"]["median"] /
+                        v["hf-compile"]["decode_tokens_per_s"]["median"])
+    return None
+
+
+def roofline_summary(results, commit):
+    """Issue 15's numbers, from the benchmarks that ran (null where one did not)."""
+    d1, d8 = load(results, "model_decode"), load(results, "model_decode_8b")
+    hf = load(results, "hf_roofline")
+    env = (d1 or d8 or hf or {}).get("environment", {})
+    kernels = (d1 or {}).get("kernels") or {}
+
+    def fused_b1(d, key):
+        x = variant(d, "1/1 graph fused")
+        if key == "tokens":
+            return x["tokens_per_s"] if x else None
+        return (d or {}).get("ratios", {}).get("bandwidth_fraction_b1_graph_fused")
+
+    roof = (hf or {}).get("roofline", [{}])
+    return {
+        "bandwidth_fraction_1b_b1": fused_b1(d1, "bandwidth"),
+        "bandwidth_fraction_8b_b1": fused_b1(d8, "bandwidth"),
+        "bandwidth_fraction_1b_b1_plain": (d1 or {}).get("ratios", {}).get(
+            "bandwidth_fraction_b1_graph"),
+        "tokens_per_s_1b_b1": fused_b1(d1, "tokens"),
+        "tokens_per_s_8b_b1": fused_b1(d8, "tokens"),
+        "vs_hf_compile_decode_b1": hf_roofline_ratio(hf, 1),
+        "vs_hf_compile_decode_b16": hf_roofline_ratio(hf, 16),
+        "kernels_per_layer": {k: v["kernels_per_layer"] for k, v in kernels.items()} or None,
+        "kernels_per_step": {k: v["kernels"] for k, v in kernels.items()} or None,
+        "hf_recompiles_per_new_length": roof[0].get("hf_recompiles_per_new_length") if roof else None,
+        "commit": commit,
+        "date": env.get("date"),
+        "torch": env.get("libtorch"),
+        "transformers": (hf or {}).get("environment", {}).get("transformers"),
+        "gpu": env.get("gpu"),
+    }
+
+
+def hf_roofline(d, plots):
+    out = []
+    for entry in d.get("roofline", []):
+        for row in entry["batches"]:
+            out.append(f"`{entry['shape']}`, batch {row['batch']}, prompt {row['prompt_len']}:")
+            out.append(table(["variant", "prefill tokens/s", "decode tokens/s"], [
+                [name, rt(v["prefill_tokens_per_s"], 1), rt(v["decode_tokens_per_s"], 1)]
+                for name, v in row["variants"].items()]))
+        out.append(f"Graphs dynamo compiled for one new prompt length: "
+                   f"{entry.get('hf_recompiles_per_new_length', '-')}.")
+    return "\n\n".join(out)
 
 
 SECTIONS = [
     ("model_decode", "Batch-prefix cost, eager vs graphs, bandwidth (reference model decode)",
      model_decode),
+    ("model_decode_8b", "Llama-3.1-8B shape: decode at batch 1, plain vs fused", model_decode),
+    ("hf_roofline", "Decode against transformers' compiled static cache (issue 15)", hf_roofline),
     ("decode_step", "Batch-prefix cost, attention stack only", decode_step),
     ("prompt_lengths", "New prompt lengths (HF issue 29151)", prompt_lengths),
     ("context_length", "Decode cost vs context length", context_length),
@@ -370,9 +447,12 @@ SECTIONS = [
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     title = "statickv benchmark report"
-    if "--title" in sys.argv:
-        title = sys.argv[sys.argv.index("--title") + 1]
-        args = [a for a in args if a != title]
+    valued = {}
+    for flag in ("--title", "--roofline", "--commit"):
+        if flag in sys.argv:
+            valued[flag] = sys.argv[sys.argv.index(flag) + 1]
+            args.remove(valued[flag])
+    title = valued.get("--title", title)
     results = Path(args[0] if args else "results")
     plots = Plotter(results)
     parts = [f"# {title}", f"Generated by `benchmarks/report.py {results}` from the JSON files "
@@ -392,6 +472,11 @@ def main():
             print(f"report: cannot render {name}: {error!r}", file=sys.stderr)
             continue
         parts.append(f"## {heading}\n\n{provenance(data)}\n\n{body}")
+    if "--roofline" in valued:
+        summary = roofline_summary(results, valued.get("--commit"))
+        Path(valued["--roofline"]).parent.mkdir(parents=True, exist_ok=True)
+        Path(valued["--roofline"]).write_text(json.dumps(summary, indent=1) + "\n")
+        print(f"wrote {valued['--roofline']}")
     report = results / "REPORT.md"
     report.write_text("\n\n".join(parts) + "\n")
     print(f"wrote {report}" + ("" if plots.gnuplot else " (no gnuplot: no plots)"))

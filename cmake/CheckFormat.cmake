@@ -7,7 +7,7 @@ file(GLOB_RECURSE files RELATIVE ${SOURCE_DIR}
      ${SOURCE_DIR}/tests/*.hpp ${SOURCE_DIR}/benchmarks/*.cpp ${SOURCE_DIR}/benchmarks/*.hpp
      ${SOURCE_DIR}/examples/*.cpp ${SOURCE_DIR}/reference/*.cpp ${SOURCE_DIR}/reference/*.hpp
      ${SOURCE_DIR}/apps/*.cpp ${SOURCE_DIR}/apps/*.hpp ${SOURCE_DIR}/python/*.cpp
-     ${SOURCE_DIR}/python/*.hpp)
+     ${SOURCE_DIR}/python/*.hpp ${SOURCE_DIR}/aoti/*.cpp ${SOURCE_DIR}/aoti/*.hpp)
 set(bad "")
 foreach(f IN LISTS files)
   execute_process(COMMAND ${CLANG_FORMAT} --style=file --dry-run --Werror ${f}

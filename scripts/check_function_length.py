@@ -6,8 +6,8 @@
     python3 scripts/check_function_length.py --per-dir
 
 Without --top or --per-dir it is a check: it scans the C++ sources (*.hpp,
-*.h, *.cpp, *.cu, *.cuh) under include/, src/, reference/, apps/ and python/ (or the PATHs
-given), lists every function whose body is longer than --max lines as
+*.h, *.cpp, *.cu, *.cuh) under include/, src/, reference/, apps/, python/
+and aoti/ (or the PATHs given), lists every function whose body is longer than --max lines as
 `file:line name length`, and exits 1 if there is one, else 0.
 
 A body's length counts from the line of its opening brace to the line of
@@ -36,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CXX_SUFFIXES = (".hpp", ".h", ".cpp", ".cu", ".cuh")
-DEFAULT_DIRS = ("include", "src", "reference", "apps", "python")
+DEFAULT_DIRS = ("include", "src", "reference", "apps", "python", "aoti")
 
 
 def blank_cxx(text, code_too=True):

@@ -15,6 +15,7 @@ BUILD_DIR=${STATICKV_BUILD_DIR:-$STATICKV_ROOT/build}
 need=(cmake g++ ninja-build catch2 nlohmann-json3-dev clang-format gnuplot-nox)
 need+=(libre2-dev)  # <re2/re2.h>, which pytorch-tokenizers' headers include (reference/tokenizer)
 need+=(python3-dev)  # Python's headers, which Inductor compiles against (the Python package's tests)
+need+=(libgloo-dev)  # Gloo headers for c10d's ProcessGroupGloo.hpp (tensor parallelism; docs/tensor_parallel.md)
 # Callers add their own needs (scripts/test.sh: clang and libclang-rt-dev for libFuzzer).
 # shellcheck disable=SC2206  # a space-separated list of package names
 need+=(${STATICKV_EXTRA_PACKAGES:-})
@@ -83,6 +84,8 @@ command -v ninja >/dev/null && cmake_args+=(-G Ninja)
 # the CUDA-only targets are left out rather than failing the build.
 if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   cmake_args+=(-DSTATICKV_WITH_CUDA=OFF)
+else
+  cmake_args+=(-DSTATICKV_REQUIRE_CUDA=ON)  # with nvcc, the CUDA parts must build
 fi
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then

@@ -6,9 +6,12 @@
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+
+#include <vector>
 
 namespace statickv::detail {
 
@@ -65,6 +68,36 @@ std::unique_ptr<DeviceGraph> capture_cuda_graph(const at::Device& device, GraphP
   }
   graph->capture_end();
   return std::make_unique<CudaGraph>(std::move(graph));
+}
+
+GraphNodeCounts count_graph_nodes(const at::Device& device, int warmup_runs,
+                                  const std::function<void()>& body) {
+  TORCH_CHECK(device.is_cuda(), "device: expected a cuda device but got ", device);
+  c10::cuda::CUDAGuard device_guard(device);
+  c10::cuda::getCurrentCUDAStream().synchronize();
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  c10::cuda::CUDAStreamGuard stream_guard(side);
+  for (int i = 0; i < warmup_runs; ++i) body();
+  side.synchronize();
+  at::cuda::CUDAGraph graph(/*keep_graph=*/true);
+  graph.capture_begin();
+  body();
+  graph.capture_end();
+  cudaGraph_t raw = graph.raw_cuda_graph();
+  size_t count = 0;
+  C10_CUDA_CHECK(cudaGraphGetNodes(raw, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count);
+  C10_CUDA_CHECK(cudaGraphGetNodes(raw, nodes.data(), &count));
+  GraphNodeCounts counts;
+  counts.total = static_cast<int64_t>(count);
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    C10_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    counts.kernels += type == cudaGraphNodeTypeKernel;
+    counts.copies += type == cudaGraphNodeTypeMemcpy;
+    counts.sets += type == cudaGraphNodeTypeMemset;
+  }
+  return counts;
 }
 
 }  // namespace statickv::detail

@@ -386,3 +386,30 @@ TEST_CASE("a prompt restored from a prompt-cache file generates what prefilling 
   }
   std::filesystem::remove(path);
 }
+
+TEST_CASE("the fused decoder path generates the plain path's tokens and logits on every cache",
+          "[model][fused]") {
+  // Note [fused decode path]: the same math in fewer kernels, float32 here,
+  // so the two differ only in rounding order (rms_norm, folded residuals).
+  for (const std::string shape : {"tiny", "tiny-mistral", "tiny-qwen2"}) {
+    const LlamaModel model = make_model(shape);
+    for (bool bucketed : {false, true}) {
+      INFO(shape << (bucketed ? ", bucketed" : ", eager"));
+      GenerateOptions options;
+      options.max_new_tokens = 10;
+      options.bucketed = bucketed;
+      options.prefill_chunk = bucketed ? 0 : 4;  // chunked prefill through the ring too
+      require_fused_equals_plain(model, options, 1e-4);
+    }
+  }
+}
+
+TEST_CASE("the fused path is refused with the dynamic cache, naming both options",
+          "[model][fused][errors]") {
+  const LlamaModel model = make_model("tiny");
+  GenerateOptions options;
+  options.cache = CacheKind::kDynamic;
+  options.path = DecodePath::kFused;
+  CHECK_THROWS_WITH(generate(model, {{1, 2, 3}}, options),
+                    Catch::Contains("path: expected plain with cache dynamic"));
+}

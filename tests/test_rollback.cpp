@@ -79,6 +79,10 @@ TEST_CASE("rollback then decode equals never having written the drafts, NaN draf
   const std::vector<std::pair<const char*, CacheConfig>> layouts = {
       {"static", ConfigBuilder().max_batch(2).max_len(32).max_chunk(4)},
       {"hybrid", ConfigBuilder().max_batch(2).max_len(32).hybrid(/*window=*/4, /*chunk=*/4)},
+      {"static int8",
+       ConfigBuilder().max_batch(2).max_len(32).max_chunk(4).kv_storage(KvStorage::kInt8)},
+      {"hybrid fp8",
+       ConfigBuilder().max_batch(2).max_len(32).hybrid(4, 4).kv_storage(KvStorage::kFp8E4m3)},
   };
   for (const auto& [name, config] : layouts) {
     INFO(name);

@@ -117,7 +117,9 @@ TEST_CASE("update returns batch-prefix views that share the cache's storage",
 
 TEST_CASE("no buffer address changes across updates, reset and row operations",
           "[static][addresses]") {
-  StaticCache cache(ConfigBuilder().max_batch(4).max_len(16));
+  const KvStorage storage = GENERATE(from_range(all_storages()));
+  INFO("kv_storage " << storage);
+  StaticCache cache(ConfigBuilder().max_batch(4).max_len(16).kv_storage(storage));
   const auto before = addresses(cache);
   StepPlan step = cache.prepare(arange_positions(0, 4), 4);
   for (int64_t l = 0; l < 2; ++l) {
@@ -132,6 +134,8 @@ TEST_CASE("no buffer address changes across updates, reset and row operations",
   cache.reorder(positions({3, 2, 1, 0}));
   CHECK(addresses(cache) == before);
   cache.reset_rows(positions({1, 2}));
+  CHECK(addresses(cache) == before);
+  cache.rollback(std::vector<int64_t>{1});
   CHECK(addresses(cache) == before);
   cache.reset();
   CHECK(addresses(cache) == before);

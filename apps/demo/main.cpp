@@ -34,11 +34,14 @@ namespace {
 struct Options {
   std::string checkpoint, shape = "tiny", device = "auto", dtype, cache, prompt_ids, json;
   std::string save_prompt, load_prompt;  // prompt-cache files
+  std::string path = "plain";            // --path: the decoder layer
+  std::string kv_dtype;                  // --kv-dtype: the cache's stored type
   int threads = 0;
   int64_t batch = 4, prompt_len = 32, max_new_tokens = 32, top_k = 0, prefill_chunk = 0, seed = 0;
   double temperature = 0.0;
   bool no_compare = false, print_ids = false, eager = false, ignore_eos = false;
   demo::TextFlags text;
+  apps::TpFlags tp;
   apps::SpeculationFlags spec;
 };
 
@@ -50,6 +53,7 @@ void check_combinations(Options& o, const apps::Flags& flags) {
                     std::to_string(o.top_k));
   }
   apps::check_speculation_flags(o.spec, o.cache);
+  apps::check_tp_with_speculation(o.tp, o.spec);
   if (!o.checkpoint.empty() && flags.given("--shape")) {
     throw FlagError("--shape: expected no --shape with --checkpoint (the checkpoint has its own)");
   }
@@ -64,9 +68,41 @@ void check_combinations(Options& o, const apps::Flags& flags) {
           std::string(flag) +
           ": expected a static or hybrid --cache (it saves a cache row) but got dynamic");
     }
+    if (!file.empty() && apps::parse_kv_storage(o.kv_dtype) != KvStorage::kCompute) {
+      throw FlagError("--kv-dtype: expected compute with " + std::string(flag) +
+                      " (row save/restore supports plain storage only) but got " + o.kv_dtype);
+    }
+  }
+  for (const auto& [flag, file] :
+       {std::pair<const char*, const std::string&>{"--save-prompt", o.save_prompt},
+        {"--load-prompt", o.load_prompt}}) {
+    if (!file.empty() && (o.tp.tp > 1 || std::getenv("WORLD_SIZE") != nullptr)) {
+      throw FlagError(std::string(flag) +
+                      ": expected no prompt-cache file with --tp (each rank holds only its kv "
+                      "heads of the row)");
+    }
+  }
+  if (o.tp.tp > 1 && !o.eager && apps::parse_device(o.device).is_cuda()) {
+    throw FlagError("--tp: expected --eager with --tp " + std::to_string(o.tp.tp) +
+                    " on cuda (NCCL collectives inside captured CUDA graphs are not supported)");
   }
   if (!o.load_prompt.empty() && !std::filesystem::is_regular_file(o.load_prompt)) {
     throw FlagError("--load-prompt: expected an existing file but got '" + o.load_prompt + "'");
+  }
+  if (o.path == "fused" && o.cache == "dynamic") {
+    throw FlagError(
+        "--path: expected plain with --cache dynamic (the fused path writes through a "
+        "static or hybrid cache) but got fused");
+  }
+  if (o.path == "fused" && apps::parse_kv_storage(o.kv_dtype) != KvStorage::kCompute) {
+    throw FlagError("--path: expected plain with --kv-dtype " + o.kv_dtype +
+                    " (the fused rotary write serves plain storage) but got fused");
+  }
+  if (o.cache == "dynamic" && !o.kv_dtype.empty() && o.kv_dtype != "compute") {
+    throw FlagError(
+        "--kv-dtype: expected compute with --cache dynamic (it stores the compute "
+        "dtype) but got " +
+        o.kv_dtype);
   }
   if (o.text.chat && !o.text.given()) {
     throw FlagError("--chat: expected --prompt or --prompts-file (it applies to text prompts)");
@@ -91,12 +127,18 @@ Options parse(int argc, char** argv) {
   Options o;
   apps::Flags flags("statickv-demo", "the reference decoder through statickv's caches");
   apps::add_model_flags(flags, &o.checkpoint, &o.shape);
+  apps::add_tp_flags(flags, &o.tp);
   flags.add_device(&o.device);
   flags.add_dtype(&o.dtype, at::kBFloat16);
+  flags.add_kv_dtype(&o.kv_dtype);
   flags.add_threads(&o.threads);
   flags.add_choice("--cache C", &o.cache, {"static", "hybrid", "dynamic"},
                    "static, hybrid or dynamic (default: static for all-full models, hybrid when "
                    "the model has sliding layers)");
+  flags.add_choice("--path P", &o.path, {"plain", "fused"},
+                   "decoder layer: plain (default) or fused (at::rms_norm, one q/k/v and one "
+                   "gate/up GEMM, folded residuals, rotary + cache write in one kernel; static "
+                   "or hybrid cache only)");
   flags.add("--prompt-ids IDS", &o.prompt_ids,
             "comma-separated token ids, ';' between prompts; prompts may differ in length "
             "(default: --batch random prompts)");
@@ -224,12 +266,36 @@ void check_against_model(const Options& o, const ModelConfig& config,
   }
 }
 
+// A quantized cache is not held to the compute dtype's tolerance: its
+// comparison is a measurement (logits from the same prefix, greedy tokens
+// that agree before the first difference), and the run succeeds.
+bool report_quantized(const apps::Comparison& c, const GenerateResult& ours,
+                      const GenerateResult& baseline, KvStorage storage) {
+  int64_t agree = 0, total = 0;
+  for (size_t r = 0; r < ours.tokens.size(); ++r) {
+    const std::vector<int64_t>& a = ours.tokens[r];
+    const std::vector<int64_t>& b = baseline.tokens[r];
+    size_t same = 0;
+    while (same < a.size() && same < b.size() && a[same] == b[same]) ++same;
+    agree += static_cast<int64_t>(same);
+    total += static_cast<int64_t>(b.size());
+  }
+  fmt::print("logits vs dynamic: max |difference| {:.3g} over {} steps from the same prefix\n",
+             c.max_diff, c.steps);
+  fmt::print(
+      "verdict: MEASURED: kv-dtype {} is not held to the compute dtype's tolerance; {} of {} "
+      "tokens agree with dynamic before the first difference\n",
+      to_string(storage), agree, total);
+  return true;
+}
+
 // Prints the comparison (Note [comparing with the baseline]) and its
 // verdict; returns whether the runs agree.
 bool report_comparison(const char* name, const GenerateResult& ours, const GenerateResult& baseline,
-                       at::ScalarType dtype, bool greedy) {
+                       at::ScalarType dtype, bool greedy, KvStorage storage) {
   const apps::Comparison c =
       apps::compare_runs(ours.tokens, ours.logits, baseline.tokens, baseline.logits);
+  if (storage != KvStorage::kCompute) return report_quantized(c, ours, baseline, storage);
   const apps::Tolerance tol = apps::tolerance_for(dtype);
   const apps::Verdict verdict = apps::judge(c, tol, greedy);
   const std::string dtype_text = apps::dtype_name(dtype);
@@ -298,6 +364,10 @@ void report(const char* name, const GenerateResult& r) {
   const double tps = r.decode_seconds > 0 ? decode_tokens(r) / r.decode_seconds : 0.0;
   fmt::print("{:<8} prefill {:>9.2f} ms | decode {:>8.2f} ms/step {:>9.1f} tok/s | cache {}\n",
              name, r.prefill_seconds * 1e3, ms, tps, bytes(r.cache_bytes));
+  if (r.staging_bytes > 0) {
+    fmt::print("{:<8} of the cache: staging buffer {} (one layer, compute dtype)\n", "",
+               bytes(r.staging_bytes));
+  }
 }
 
 /// The model named by the flags, with its prompts: --prompt-ids or random
@@ -309,28 +379,27 @@ struct Loaded {
   std::unique_ptr<demo::TextSession> text;  ///< text prompts: their tokenizer
 };
 
-Loaded load(const Options& o, at::Device device, at::ScalarType dtype) {
+Loaded load(const Options& o, const apps::TpRole& role, at::ScalarType dtype) {
   Loaded out;
   if (!o.prompt_ids.empty()) out.prompts = parse_prompts(o.prompt_ids);
   if (o.text.given()) {
     out.text = demo::TextSession::open(o.checkpoint, o.text);
     out.prompts = out.text->prompt_ids();
   }
-  auto prepare = [&](const ModelConfig& config) {
-    check_against_model(o, config, out.prompts);
-    if (out.prompts.empty()) out.prompts = random_prompts(o, config.vocab_size);
-  };
-  if (!o.checkpoint.empty()) {
-    Checkpoint ckpt = load_checkpoint(o.checkpoint, dtype, device);
-    prepare(ckpt.config);
-    out.model = std::make_unique<LlamaModel>(ckpt.config, std::move(ckpt.weights));
-    out.source = o.checkpoint;
-  } else {
-    const ModelConfig config = named_config(o.shape);
-    prepare(config);
-    out.model = std::make_unique<LlamaModel>(
-        config, random_weights(config, static_cast<uint64_t>(o.seed), dtype, device));
-    out.source = o.shape + " (random weights, seed " + std::to_string(o.seed) + ")";
+  // A named shape's prompts are checked before any weights are made; a
+  // checkpoint's once its config (and generation_config) is read.
+  if (o.checkpoint.empty()) check_against_model(o, named_config(o.shape), out.prompts);
+  Checkpoint ckpt =
+      apps::load_model_weights(o.checkpoint, o.shape, o.seed, role, role.device, dtype);
+  if (!o.checkpoint.empty()) check_against_model(o, ckpt.config, out.prompts);
+  if (out.prompts.empty()) out.prompts = random_prompts(o, ckpt.config.vocab_size);
+  out.model = std::make_unique<LlamaModel>(ckpt.config, std::move(ckpt.weights), role.shard);
+  out.source = o.checkpoint.empty()
+                   ? o.shape + " (random weights, seed " + std::to_string(o.seed) + ")"
+                   : o.checkpoint;
+  if (role.tp.world > 1) {
+    out.source += fmt::format(" | tensor-parallel rank {} of {}{}", role.tp.rank, role.tp.world,
+                              role.tp.vocab_parallel ? ", vocab-parallel LM head" : "");
   }
   return out;
 }
@@ -356,8 +425,10 @@ GenerateOptions generate_options(const Options& o, const ModelConfig& config, bo
   options.seed = static_cast<uint64_t>(o.seed);
   options.prefill_chunk = o.prefill_chunk;
   options.bucketed = !o.eager;
+  options.path = parse_decode_path(o.path, "--path");
   options.record_logits = compare;
   options.stop_at_eos = !o.ignore_eos;
+  options.kv_storage = apps::parse_kv_storage(o.kv_dtype);
   options.cache = o.cache.empty() ? (config.has_sliding() ? CacheKind::kHybrid : CacheKind::kStatic)
                                   : parse_cache_kind(o.cache);
   options.on_step = o.text.given() ? nullptr : progress();  // text streams to stdout
@@ -373,10 +444,10 @@ void print_header(const Options& o, const Loaded& run, at::Device device, at::Sc
              config.num_attention_heads, config.num_key_value_heads, config.head_dim,
              apps::dtype_name(dtype), device.str());
   fmt::print(
-      "{} prompts (longest {} tokens), {} new tokens each, {}; prefill {}{}\n", run.prompts.size(),
-      longest, o.max_new_tokens, o.temperature > 0 ? "sampling" : "greedy",
+      "{} prompts (longest {} tokens), {} new tokens each, {}; prefill {}{}; {} decoder layers\n",
+      run.prompts.size(), longest, o.max_new_tokens, o.temperature > 0 ? "sampling" : "greedy",
       chunk >= longest ? std::string("in one pass") : fmt::format("in passes of {} tokens", chunk),
-      compare ? " (both runs)" : "");
+      compare ? " (both runs)" : "", o.path);
 }
 
 void print_ids(const GenerateResult& result) {
@@ -438,7 +509,8 @@ GenerateResult run_session(const Options& o, const Loaded& run, Generator& sessi
   GenerateResult result;
   if (stream) {
     fmt::print("\n");
-    result = generate(0, run.text->printer(std::chrono::steady_clock::now()));
+    const auto stop_ids = o.ignore_eos ? std::vector<int64_t>{} : run.model->config().eos_token_ids;
+    result = generate(0, run.text->printer(std::chrono::steady_clock::now(), stop_ids));
   } else {
     result = generate(0, nullptr);
   }
@@ -454,9 +526,11 @@ GenerateResult run_session(const Options& o, const Loaded& run, Generator& sessi
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
   apps::set_threads(o.threads);
-  const at::Device device = apps::parse_device(o.device);
+  const apps::TpRole role = apps::start_tp(o.tp, argc, argv, apps::parse_device(o.device));
+  if (role.launcher_status) return *role.launcher_status;  // --tp N: the ranks have run
+  const at::Device device = role.device;
   const at::ScalarType dtype = apps::parse_dtype(o.dtype, device, at::kBFloat16);
-  const Loaded run = load(o, device, dtype);
+  const Loaded run = load(o, role, dtype);
   for (const auto& [flag, file] :
        {std::pair<const char*, const std::string&>{"--save-prompt", o.save_prompt},
         {"--load-prompt", o.load_prompt}}) {
@@ -508,14 +582,15 @@ int main(int argc, char** argv) try {
   if (compare) {
     GenerateOptions dyn = options;
     dyn.cache = CacheKind::kDynamic;
-    dyn.prefill_chunk = chunk;  // the same passes as the static/hybrid run
+    dyn.path = DecodePath::kPlain;  // the baseline is the plain decoder
+    dyn.prefill_chunk = chunk;      // the same passes as the static/hybrid run
     dyn.on_step = nullptr;
     dyn.speculate = 0;  // the plain decode it must equal
     dyn.draft_model = nullptr;
     const GenerateResult baseline = timed(dyn, /*stream=*/false);
     report("dynamic", baseline);
     agree = report_comparison(to_string(options.cache), main_run, baseline, dtype,
-                              /*greedy=*/o.temperature == 0.0);
+                              /*greedy=*/o.temperature == 0.0, options.kv_storage);
   }
   if (o.print_ids) print_ids(main_run);
   if (!o.json.empty()) write_json(o.json, run.prompts, main_run);

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -56,8 +57,12 @@ struct Answer {
 class OrderedPrinter {
  public:
   OrderedPrinter(const tokenizer::Tokenizer& tok, const std::vector<std::string>& questions,
-                 Clock::time_point start)
-      : tok_(&tok), questions_(&questions), start_(start), answers_(questions.size()) {
+                 Clock::time_point start, std::vector<int64_t> stop_ids)
+      : tok_(&tok),
+        questions_(&questions),
+        start_(start),
+        stop_ids_(std::move(stop_ids)),
+        answers_(questions.size()) {
     for (size_t r = 0; r < questions.size(); ++r) streams_.push_back(tok.stream());
     print_question(0);
   }
@@ -67,8 +72,10 @@ class OrderedPrinter {
     Answer& a = answers_[r];
     a.last = Clock::now();
     if (a.tokens++ == 0) a.first = a.last;
-    a.stopped = tok_->is_eos(id);
-    if (!a.stopped) a.held += streams_[r].push(id);
+    // "Stopped" by the generator's own rule (its stop ids), not the
+    // tokenizer's: the two can differ (generation_config.json's eos ids).
+    a.stopped = last && std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end();
+    if (!a.stopped && !tok_->is_eos(id)) a.held += streams_[r].push(id);
     if (last) {
       a.held += streams_[r].finish();
       a.done = true;
@@ -108,6 +115,7 @@ class OrderedPrinter {
   const tokenizer::Tokenizer* tok_;
   const std::vector<std::string>* questions_;
   Clock::time_point start_;
+  std::vector<int64_t> stop_ids_;
   std::vector<Answer> answers_;
   std::vector<tokenizer::StreamDecoder> streams_;
   size_t current_ = 0;
@@ -134,8 +142,9 @@ class TokenizerSession final : public TextSession {
 
   const std::vector<std::vector<int64_t>>& prompt_ids() const override { return ids_; }
 
-  reference::TokenCallback printer(Clock::time_point start) override {
-    printer_ = std::make_unique<OrderedPrinter>(tok_, questions_, start);
+  reference::TokenCallback printer(Clock::time_point start,
+                                   std::vector<int64_t> stop_ids) override {
+    printer_ = std::make_unique<OrderedPrinter>(tok_, questions_, start, std::move(stop_ids));
     OrderedPrinter* p = printer_.get();
     return [p](int64_t row, int64_t id, bool last) { p->on_token(row, id, last); };
   }

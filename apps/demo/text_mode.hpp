@@ -51,8 +51,11 @@ class TextSession {
 
   /// A token callback for one Generator::generate call that started at
   /// `start`: prints each answer in prompt order, streamed, then its
-  /// statistics line. The session must outlive the call.
-  virtual reference::TokenCallback printer(std::chrono::steady_clock::time_point start) = 0;
+  /// statistics line ("stopped at eos" when its last id is one of
+  /// `stop_ids`, the ids the generator stops at). The session must outlive
+  /// the call.
+  virtual reference::TokenCallback printer(std::chrono::steady_clock::time_point start,
+                                           std::vector<int64_t> stop_ids) = 0;
 };
 
 }  // namespace statickv::demo

@@ -26,10 +26,11 @@ using apps::FlagError;
 namespace {
 
 struct Options {
-  std::string checkpoint, shape = "tiny", device = "auto", dtype, cache, tokenizer;
+  std::string checkpoint, shape = "tiny", device = "auto", dtype, cache, tokenizer, kv_dtype;
   int64_t max_batch = 8, max_len = 0, prefill_chunk = 0, token_budget = 0, seed = 0;
   int threads = 0;
   bool eager = false;
+  apps::TpFlags tp;
   apps::SpeculationFlags spec;
 };
 
@@ -39,9 +40,11 @@ Options parse(int argc, char** argv) {
                     "continuous-batching server: JSON lines in (requests), one JSON line out per "
                     "finished request");
   apps::add_model_flags(flags, &o.checkpoint, &o.shape);
+  apps::add_tp_flags(flags, &o.tp);
   flags.add("--seed N", &o.seed, "random weights of --shape", /*min=*/0);
   flags.add_device(&o.device);
   flags.add_dtype(&o.dtype, at::kBFloat16);
+  flags.add_kv_dtype(&o.kv_dtype);
   flags.add_choice("--cache C", &o.cache, {"static", "hybrid"},
                    "static or hybrid (default: static for all-full models, hybrid when the model "
                    "has sliding layers)");
@@ -74,8 +77,13 @@ Options parse(int argc, char** argv) {
       "\"text\"). End of input drains the queue and exits 0; a refused flag exits 2.");
   flags.parse(argc, argv);
   apps::check_speculation_flags(o.spec, o.cache);
+  apps::check_tp_with_speculation(o.tp, o.spec);
   if (!o.checkpoint.empty() && flags.given("--shape")) {
     throw FlagError("--shape: expected no --shape with --checkpoint (the checkpoint has its own)");
+  }
+  if (o.tp.tp > 1 && !o.eager && apps::parse_device(o.device).is_cuda()) {
+    throw FlagError("--tp: expected --eager with --tp " + std::to_string(o.tp.tp) +
+                    " on cuda (NCCL collectives inside captured CUDA graphs are not supported)");
   }
   if (!o.checkpoint.empty() && flags.given("--seed")) {
     throw FlagError("--seed: expected no --seed with --checkpoint (it seeds random weights)");
@@ -83,14 +91,11 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-std::unique_ptr<LlamaModel> load_model(const Options& o, at::Device device, at::ScalarType dtype) {
-  if (!o.checkpoint.empty()) {
-    Checkpoint ckpt = load_checkpoint(o.checkpoint, dtype, device);
-    return std::make_unique<LlamaModel>(std::move(ckpt.config), std::move(ckpt.weights));
-  }
-  const ModelConfig config = named_config(o.shape);
-  return std::make_unique<LlamaModel>(
-      config, random_weights(config, static_cast<uint64_t>(o.seed), dtype, device));
+std::unique_ptr<LlamaModel> load_model(const Options& o, const apps::TpRole& role,
+                                       at::ScalarType dtype) {
+  Checkpoint ckpt =
+      apps::load_model_weights(o.checkpoint, o.shape, o.seed, role, role.device, dtype);
+  return std::make_unique<LlamaModel>(std::move(ckpt.config), std::move(ckpt.weights), role.shard);
 }
 
 SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) {
@@ -110,6 +115,7 @@ SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) 
         positions, s.max_len));
   }
   s.max_batch = o.max_batch;
+  s.kv_storage = apps::parse_kv_storage(o.kv_dtype);
   s.prefill_chunk = o.prefill_chunk;
   if (o.prefill_chunk > s.max_len) {
     throw FlagError(fmt::format("--prefill-chunk: expected at most --max-len={} but got {}",
@@ -150,8 +156,19 @@ serve::TextCodec text_codec(const Options& o) {
 #endif
 }
 
+// The cache's bytes, the staging buffer of a quantized cache on its own line.
+void print_cache_bytes(const Cache& cache) {
+  std::fprintf(stderr, "statickv-serve: cache %lld bytes (kv-dtype %s)\n",
+               static_cast<long long>(cache.memory_bytes()), to_string(cache.config().kv_storage));
+  if (!cache.config().plain_storage()) {
+    std::fprintf(stderr, "statickv-serve: of which staging buffer %lld bytes (one layer)\n",
+                 static_cast<long long>(cache.staging_bytes()));
+  }
+}
+
 void report(const Scheduler& engine, const Options& o) {
   const EngineStats s = engine.stats();
+  print_cache_bytes(engine.cache());
   std::fprintf(stderr,
                "statickv-serve: %lld requests (%lld completed, %lld cancelled, %lld rejected), "
                "%lld steps (%lld with prefill), occupancy %.3f, padded fraction %.3f, captures "
@@ -178,16 +195,18 @@ void report(const Scheduler& engine, const Options& o) {
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
   if (o.threads > 0) at::set_num_threads(o.threads);
-  const at::Device device = apps::parse_device(o.device);
-  const at::ScalarType dtype = apps::parse_dtype(o.dtype, device, at::kBFloat16);
   if (!o.checkpoint.empty() && !std::filesystem::is_directory(o.checkpoint)) {
     throw FlagError("--checkpoint: expected a directory but got '" + o.checkpoint + "'");
   }
+  const apps::TpRole role = apps::start_tp(o.tp, argc, argv, apps::parse_device(o.device));
+  if (role.launcher_status) return *role.launcher_status;  // --tp N: the ranks have served
+  const at::ScalarType dtype = apps::parse_dtype(o.dtype, role.device, at::kBFloat16);
   serve::TextCodec codec = text_codec(o);
-  const std::unique_ptr<LlamaModel> model = load_model(o, device, dtype);
-  // The draft model drafts on its own cache, whose rows mirror the target's.
+  const std::unique_ptr<LlamaModel> model = load_model(o, role, dtype);
+  // The draft model drafts on its own cache, whose rows mirror the target's
+  // (speculation is refused with --tp, so role.device is the one device).
   const std::unique_ptr<LlamaModel> draft =
-      apps::load_draft_model(o.spec, dtype, device, static_cast<uint64_t>(o.seed));
+      apps::load_draft_model(o.spec, dtype, role.device, static_cast<uint64_t>(o.seed));
   if (draft && draft->config().vocab_size != model->config().vocab_size) {
     throw FlagError(
         fmt::format("{}: expected a draft model with the target's vocab_size={} but got {}",
@@ -198,10 +217,18 @@ int main(int argc, char** argv) try {
   options.draft_model = draft.get();
   Scheduler engine(*model, options);
   engine.warm_up();  // after this no arrival pattern captures again
-  serve::LineReader input(std::cin);
+  serve::LineReader reader(std::cin);
+  auto local = std::make_unique<serve::LocalInput>(reader);
+  std::unique_ptr<serve::Input> input;
+  if (role.shard.comm) {  // every rank takes rank 0's lines (stdin of the others is unread)
+    input = std::make_unique<serve::SharedInput>(std::move(local), role.shard.comm,
+                                                 /*max_wait_s=*/2.0);
+  } else {
+    input = std::move(local);
+  }
   serve::Server server(engine, std::move(codec), std::cout);
-  server.run(input);
-  report(engine, o);
+  server.run(*input);
+  if (role.tp.rank == 0) report(engine, o);
   return 0;
 } catch (...) {
   return apps::fail("statickv-serve");

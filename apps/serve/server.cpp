@@ -10,27 +10,26 @@ namespace statickv::serve {
 
 using reference::ServeClock;
 
-void Server::run(LineReader& in) {
+void Server::run(Input& in) {
   start_ = ServeClock::now();
   while (true) {
-    while (auto line = in.poll()) handle(*line);
-    submit_due();
+    Turn turn = in.poll();
+    for (const std::string& line : turn.lines) handle(line, turn.now_s);
+    submit_due(turn.now_s);
     if (!engine_.idle()) {
       engine_.step();
       write_finished();
       continue;
     }
-    if (in.done() && held_.empty()) break;
+    if (turn.ended && held_.empty()) break;
     // Idle: sleep until a line arrives or the next replayed arrival is due.
-    const auto until = held_.empty()
-                           ? ServeClock::now() + std::chrono::hours(24)
-                           : start_ + std::chrono::duration_cast<ServeClock::duration>(
-                                          std::chrono::duration<double>(held_.begin()->first));
-    if (auto line = in.wait_until(until)) handle(*line);
+    const double until = held_.empty() ? 24 * 3600.0 : held_.begin()->first;
+    turn = in.wait_until(until);
+    for (const std::string& line : turn.lines) handle(line, turn.now_s);
   }
 }
 
-void Server::handle(const std::string& line) {
+void Server::handle(const std::string& line, double now_s) {
   if (line.find_first_not_of(" \t\r") == std::string::npos) return;  // blank lines
   Message message;
   try {
@@ -45,7 +44,7 @@ void Server::handle(const std::string& line) {
     const double at = *message.arrival_s;
     held_.emplace(at, std::move(message));
   } else {
-    submit(std::move(message), ServeClock::now());
+    submit(std::move(message), at(now_s));
   }
 }
 
@@ -83,14 +82,16 @@ void Server::cancel(const Message& message) {
   write_finished();
 }
 
-void Server::submit_due() {
-  const double now = std::chrono::duration<double>(ServeClock::now() - start_).count();
-  while (!held_.empty() && held_.begin()->first <= now) {
+void Server::submit_due(double now_s) {
+  while (!held_.empty() && held_.begin()->first <= now_s) {
     auto node = held_.extract(held_.begin());
-    const auto arrival = start_ + std::chrono::duration_cast<ServeClock::duration>(
-                                      std::chrono::duration<double>(node.key()));
-    submit(std::move(node.mapped()), arrival);
+    submit(std::move(node.mapped()), at(node.key()));
   }
+}
+
+ServeClock::time_point Server::at(double seconds) const {
+  return start_ +
+         std::chrono::duration_cast<ServeClock::duration>(std::chrono::duration<double>(seconds));
 }
 
 void Server::write_finished() {

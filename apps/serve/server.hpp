@@ -2,8 +2,9 @@
 // statickv-serve's loop: lines in (requests, cancellations, replay times),
 // engine steps, one reply line per finished request. Reading runs on its own
 // thread (LineReader); everything else, the engine included, on this one.
+// Time is the input's (Turn::now_s), so --tp ranks agree on what is due.
 
-#include "line_reader.hpp"
+#include "input.hpp"
 #include "protocol.hpp"
 
 #include <statickv/reference/serving.hpp>
@@ -28,14 +29,16 @@ class Server {
       : engine_(engine), codec_(std::move(codec)), out_(out) {}
 
   /// Serves until the input ends and every request has finished.
-  void run(LineReader& in);
+  void run(Input& in);
 
  private:
-  void handle(const std::string& line);
+  void handle(const std::string& line, double now_s);
   void submit(Message message, reference::ServeClock::time_point arrival);
   void cancel(const Message& message);
-  void submit_due();
+  void submit_due(double now_s);
   void write_finished();
+  /// The time `seconds` after the start.
+  reference::ServeClock::time_point at(double seconds) const;
 
   reference::Scheduler& engine_;
   TextCodec codec_;

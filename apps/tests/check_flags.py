@@ -13,6 +13,14 @@ import sys
 # (program, arguments, substrings the error message must contain)
 CASES = [
     # statickv-demo: the acceptance list of issue #12, then one case per kind of check.
+    # Tensor parallelism (model_flags.hpp: one home for both programs).
+    ("statickv-demo", ["--tp", "0"], ["--tp: expected an integer in [1, 64] but got 0"]),
+    ("statickv-demo", ["--vocab-parallel"], ["--vocab-parallel: expected --tp N > 1"]),
+    ("statickv-demo", ["--tp-check"], ["--tp-check: expected --tp N > 1"]),
+    ("statickv-serve", ["--tp", "65"], ["--tp: expected an integer in [1, 64] but got 65"]),
+    ("statickv-serve", ["--vocab-parallel"], ["--vocab-parallel: expected --tp N > 1"]),
+    ("statickv-demo", ["--tp", "2", "--speculate", "2"],
+     ["--speculate: expected --speculate 0 with --tp 2", "got --speculate 2"]),
     ("statickv-demo", ["--temperature", "1e999"],
      ["--temperature: expected a finite number >= 0 but got 1e999"]),
     ("statickv-demo", ["--temperature", "0.5garbage"],
@@ -42,9 +50,18 @@ CASES = [
      ["--load-prompt: expected an existing file but got 'no-such-prompt.safetensors'"]),
     ("statickv-demo", ["--save-prompt", "p.safetensors", "--cache", "dynamic"],
      ["--save-prompt: expected a static or hybrid --cache", "got dynamic"]),
+    ("statickv-demo", ["--save-prompt", "p.safetensors", "--kv-dtype", "int8"],
+     ["--kv-dtype: expected compute with --save-prompt", "got int8"]),
+    ("statickv-demo", ["--kv-dtype", "fp8", "--cache", "dynamic"],
+     ["--kv-dtype: expected compute with --cache dynamic", "got fp8"]),
+    ("statickv-demo", ["--kv-dtype", "int4"], ["--kv-dtype: expected compute, int8 or fp8"]),
+    ("statickv-serve", ["--kv-dtype", "int4"], ["--kv-dtype: expected compute, int8 or fp8"]),
     ("statickv-demo", ["--save-prompt", "p.safetensors", "--batch", "2"],
      ["--save-prompt: expected a single prompt but got 2"]),
     ("statickv-demo", ["--save-prompt", "/no-such-dir/p.safetensors"], ["--save-prompt:"]),
+    ("statickv-demo", ["--path", "turbo"], ["--path: expected plain or fused", "got 'turbo'"]),
+    ("statickv-demo", ["--path", "fused", "--cache", "dynamic"],
+     ["--path: expected plain with --cache dynamic", "got fused"]),
     ("statickv-demo", ["--cache", "paged"], ["--cache: expected static, hybrid or dynamic",
                                              "got 'paged'"]),
     ("statickv-demo", ["--shape", "tiny-mistral", "--cache", "static"],

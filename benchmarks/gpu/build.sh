@@ -30,7 +30,7 @@ command -v ninja >/dev/null && gen=(-G Ninja)
 mkdir -p build-gpu
 if ! cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
      "-DCMAKE_PREFIX_PATH=$torch_prefix;$root/.devdeps/usr" \
-     -DCMAKE_CUDA_ARCHITECTURES=90 "$@" > build-gpu/configure.log 2>&1; then
+     -DCMAKE_CUDA_ARCHITECTURES=90 -DSTATICKV_REQUIRE_CUDA=ON "$@" > build-gpu/configure.log 2>&1; then
   tail -n 60 build-gpu/configure.log
   [ -n "${OUT:-}" ] && cp build-gpu/configure.log "$OUT/"
   exit 1

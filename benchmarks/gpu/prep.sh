@@ -41,7 +41,9 @@ git check-ignore -q .devdeps/ || { echo "prep.sh: .devdeps/ is not ignored by .g
 
 # Debian packages: libfmt-dev's .so links to the runtime package it depends
 # on (libfmt9 on bookworm), so that one comes too.
-debs=(libfmt-dev catch2 nlohmann-json3-dev)
+# libgloo-dev: the Gloo headers c10d's ProcessGroupGloo.hpp includes (statickv::tp;
+# headers only, never linked: docs/tensor_parallel.md).
+debs=(libfmt-dev catch2 nlohmann-json3-dev libgloo-dev)
 fmt_runtime=$(apt-cache depends libfmt-dev 2>/dev/null | sed -n 's/^ *Depends: \(libfmt[0-9][0-9a-z]*\)$/\1/p' | head -1)
 [ -n "$fmt_runtime" ] && debs+=("$fmt_runtime")
 rm -rf .devdeps && mkdir -p .devdeps/debs

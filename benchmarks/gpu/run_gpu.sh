@@ -13,15 +13,21 @@
 #   build.log          configure + build output (benchmarks/gpu/build.sh)
 #   REPORT.md          benchmarks/report.py over the results
 #   gpu_results.tar.gz results/gpu/: every benchmark's JSON and log
+#   roofline.json      issue 15's summary (benchmarks/report.py --roofline): copy
+#                      it to benchmarks/results/<gpu>/roofline.json
 # Afterwards, on the CPU machine: tar xzf gpu_results.tar.gz, then
 # `python3 benchmarks/report.py results/gpu` draws the plots (gnuplot).
 #
 # Stages run in order, each under `timeout`, and a stage that would start
 # with too little of the budget left is skipped (and says so): build, [cuda]
-# tests, compute-sanitizer memcheck of the [memcheck] tests, model decode (batch prefix, graphs, bandwidth), SmolLM2-shaped
+# tests, compute-sanitizer memcheck of the [memcheck] tests, model decode
+# (batch prefix, graphs, bandwidth, plain vs fused path, kernels per layer),
+# the 8B shape at batch 1 (plain vs fused), decode against transformers'
+# compiled static cache at batch 1 and 16 (issue 15's roofline), SmolLM2-shaped
 # decode at batch 1, 8 and 64, prompt lengths,
 # context length, write cost, attention-stack decode, memory (the short
-# ones), continuous vs static batching, then the Hugging Face comparison with whatever is left (its
+# ones), continuous vs static batching, an AOTInductor package vs the
+# reference decoder (benchmarks/gpu/aoti.sh), then the Hugging Face comparison with whatever is left (its
 # torch.compile parts stop at a deadline).
 #
 #   --dry-run   on a CPU machine: skip the build (use $STATICKV_BUILD_DIR or
@@ -58,6 +64,18 @@ rm -rf "$RES" && mkdir -p "$RES"
 LOG=$OUT/run.log
 
 left() { echo $((budget - (SECONDS - start))); }
+# Hugging Face: transformers from the machine's Python, else from the wheels
+# prep.sh --hf-wheels carried (installed into a private folder, once).
+hf_python() {
+  if ! "$PY" -c 'import transformers' 2>/dev/null && ls .devdeps/wheels/transformers-*.whl >/dev/null 2>&1; then
+    echo "== installing transformers from .devdeps/wheels"
+    local pkgs
+    pkgs=$(ls .devdeps/wheels | sed -E 's/-[0-9].*//' | sort -u | tr '\n' ' ')
+    # shellcheck disable=SC2086  # one package name per word
+    "$PY" -m pip install -q --no-index --no-deps --find-links .devdeps/wheels \
+      --target /tmp/statickv-hf-py $pkgs && export PYTHONPATH="/tmp/statickv-hf-py:${PYTHONPATH:-}"
+  fi
+}
 # stage NAME NEED MAX COMMAND...: runs COMMAND under timeout min(MAX, left - 10)
 # when at least NEED seconds are left; its output goes to results/gpu/NAME.txt.
 stage() {
@@ -102,6 +120,9 @@ have() { [ -x "$1" ] || { echo "== missing $1 (not built)"; return 1; }; }
 if ((!dry)); then
   have "$BUILD/tests/statickv_cuda_tests" &&
     stage cuda_tests 30 150 "$BUILD/tests/statickv_cuda_tests" "[cuda]" --durations yes
+  # Tensor parallelism, world 1 through NCCL (docs/tensor_parallel.md): seconds.
+  have "$BUILD/tests/tp/statickv_tp_cuda_tests" &&
+    stage tp_cuda_tests 15 60 "$BUILD/tests/tp/statickv_tp_cuda_tests" "[cuda]" --durations yes
 fi
 # compute-sanitizer memcheck over the [memcheck] subset of the [cuda] tests
 # (the cache and attention tests with max_len <= 256, eager: the varlen
@@ -122,7 +143,10 @@ if have "$BUILD/tests/statickv_cuda_tests"; then
 fi
 
 if ((dry)); then
-  model=(--shape tiny --dtype fp32 --context 64 --max-len 128 --rounds 3 --calls 2)
+  model=(--shape tiny --dtype fp32 --context 64 --max-len 128 --rounds 3 --calls 2 --fused)
+  model8b=(--shape tiny --dtype fp32 --context 64 --max-len 128 --rounds 2 --calls 2 --fused)
+  roofargs=(--shapes tiny --prompt-len 16 --new-tokens 8 --rounds 1 --compile-backend eager
+            --cuda-parts-on-cpu)
   prompts=(--shape tiny --max-len 64 --prompts 8 --reps 1)
   context=(--max-len 512 --rounds 3 --calls 2 --layers 2)
   hfargs=(--shapes tiny --prompt-len 16 --new-tokens 8 --rounds 2)
@@ -131,7 +155,14 @@ if ((dry)); then
   smollm2=(--shape tiny --dtype fp32 --context 32 --max-len 64 --rounds 2 --calls 2)
   serving=(--shape tiny --requests 20 --rate 50 --max-len 256 --max-prompt 64 --max-new 32)
 else
-  model=(--shape llama-3.2-1b --dtype bf16 --context 1024 --max-len 2048 --rounds 20 --calls 10)
+  # --fused: every variant beside its fused twin, and the kernels of a
+  # captured batch-1 step per path (issue 15).
+  model=(--shape llama-3.2-1b --dtype bf16 --context 1024 --max-len 2048 --rounds 12 --calls 10
+         --fused)
+  # The 8B shape at batch 1 only (a max_batch 1 cache; 16 GB of random bf16 weights).
+  model8b=(--shape llama-3.1-8b --dtype bf16 --context 1024 --max-len 2048 --max-batch 1
+           --no-full-batch --rounds 5 --calls 5 --fused)
+  roofargs=(--shapes llama-3.2-1b --prompt-len 128 --new-tokens 64 --rounds 2)
   prompts=(--shape llama-3.2-1b --dtype bf16 --max-len 2048 --prompts 64 --reps 2)
   # bf16 with graphs: Cache::attend's varlen path beside the masked one, and
   # the 16-row ragged variant (lengths 128..8192).
@@ -147,6 +178,18 @@ else
 fi
 have "$B/statickv_bench_model" &&
   stage model_decode 60 120 "$B/statickv_bench_model" --device "$DEV" "${model[@]}" --json "$RES/model_decode.json"
+have "$B/statickv_bench_model" &&
+  stage model_decode_8b 45 75 "$B/statickv_bench_model" --device "$DEV" "${model8b[@]}" \
+    --json "$RES/model_decode_8b.json"
+hf_python  # transformers for the Hugging Face stages (below)
+# Issue 15: decode tokens/s at batch 1 and 16, transformers' static cache with
+# its compiled decode step against statickv-demo (plain and fused), and
+# dynamo's recompiles for a new prompt length. Saved after every batch.
+if "$PY" -c 'import transformers' 2>/dev/null && have "$BUILD/apps/statickv-demo"; then
+  stage hf_roofline 60 150 "$PY" benchmarks/hf_compare.py --parts roofline \
+    --demo "$BUILD/apps/statickv-demo" --device "$DEV" "${roofargs[@]}" \
+    --roofline-batches 1,16 --workdir /tmp/statickv-hf --json "$RES/hf_roofline.json"
+fi
 if have "$B/statickv_bench_model"; then
   for rows in 8 64; do
     stage "smollm2_decode_b$rows" 30 60 "$B/statickv_bench_model" --device "$DEV" "${smollm2[@]}" \
@@ -169,14 +212,10 @@ have "$B/statickv_bench_serving" &&
   stage serving 40 120 "$B/statickv_bench_serving" --device "$DEV" "${serving[@]}" --json "$RES/serving.json" \
     --trace-out "$RES/serving_trace.json"
 
-# Hugging Face: transformers from the machine's Python, else from the wheels
-# prep.sh --hf-wheels carried (installed into a private folder).
-if ! "$PY" -c 'import transformers' 2>/dev/null && ls .devdeps/wheels/transformers-*.whl >/dev/null 2>&1; then
-  echo "== installing transformers from .devdeps/wheels"
-  pkgs=$(ls .devdeps/wheels | sed -E 's/-[0-9].*//' | sort -u | tr '\n' ' ')
-  # shellcheck disable=SC2086  # one package name per word
-  "$PY" -m pip install -q --no-index --no-deps --find-links .devdeps/wheels \
-    --target /tmp/statickv-hf-py $pkgs && export PYTHONPATH="/tmp/statickv-hf-py:${PYTHONPATH:-}"
+# An AOTInductor package (compiled here, for this device; its checkpoint is
+# made by transformers) vs the reference decoder.
+if "$PY" -c 'import transformers' 2>/dev/null && have "$B/statickv_bench_aoti"; then
+  stage aoti 90 180 bash benchmarks/gpu/aoti.sh "$PY" "$BUILD" "$DEV" "$RES"
 fi
 # Hugging Face's continuous batching on the trace the serving stage replayed.
 if "$PY" -c 'import transformers' 2>/dev/null && [ -f "$RES/serving_trace.json" ]; then
@@ -196,7 +235,26 @@ else
   echo "== hf_compare: SKIPPED (no transformers for $PY: run prep.sh --hf-wheels <python version>)"
 fi
 
-"$PY" benchmarks/report.py "$RES" --title "statickv on $DEV ($(date -u +%F))" &&
+# The seed scenarios from Python (statickv.hf; mode="reduce-overhead" on
+# CUDA), after everything else: the package is built against this machine's
+# torch first (a minute or two), and the stage runs only with time to spare.
+if "$PY" -c 'import transformers' 2>/dev/null && (($(left) > 200)); then
+  if ! "$PY" -c 'import statickv' 2>/dev/null; then
+    echo "== building the Python package into /tmp/statickv-py"
+    MAX_JOBS=$(nproc) timeout 150 "$PY" -m pip install -q --no-build-isolation --no-deps \
+      --target /tmp/statickv-py . >"$RES/python_build.txt" 2>&1 &&
+      export PYTHONPATH="/tmp/statickv-py:${PYTHONPATH:-}"
+  fi
+  seedargs=(--new-tokens 16 --seed-prompt-buckets "32")
+  ((dry)) && seedargs=(--new-tokens 4 --compile-backend eager)  # plumbing only
+  "$PY" -c 'import statickv' 2>/dev/null &&
+    stage hf_seeds 120 240 "$PY" benchmarks/hf_compare.py --parts seeds --device "$DEV" \
+      "${seedargs[@]}" --workdir /tmp/statickv-hf --json "$RES/hf_seeds.json"
+fi
+
+commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+"$PY" benchmarks/report.py "$RES" --title "statickv on $DEV ($(date -u +%F))" \
+  --roofline "$OUT/roofline.json" --commit "$commit" &&
   cp "$RES/REPORT.md" "$OUT/REPORT.md"
 tar -C "$ROOT/results" -czf "$OUT/gpu_results.tar.gz" gpu
 echo "== done in $((SECONDS - start)) s; $OUT: $(ls "$OUT" | tr '\n' ' ')"

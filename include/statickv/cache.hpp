@@ -28,7 +28,9 @@
 #include <statickv/config.hpp>
 #include <statickv/layers.hpp>
 #include <statickv/mask.hpp>
+#include <statickv/quantize.hpp>
 #include <statickv/row_state.hpp>
+#include <statickv/staging.hpp>
 #include <statickv/step.hpp>
 #include <statickv/varlen.hpp>
 
@@ -41,6 +43,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -135,13 +138,11 @@ class Cache {
         groups_.push_back(std::move(group));
       }
       layer_group.push_back(g);
-      const int64_t slots = groups_[g].policy->buffer_len();
-      keys_.push_back(
-          at::zeros({config_.max_batch, config_.num_kv_heads, slots, config_.head_dim}, data_opts));
-      values_.push_back(at::zeros_like(keys_.back()));
-      // [max_batch * kv_heads * slots, head_dim] aliases for per-row writes.
-      flat_keys_.push_back(keys_.back().view({-1, config_.head_dim}));
-      flat_values_.push_back(values_.back().view({-1, config_.head_dim}));
+      add_layer_buffers(groups_[g].policy->buffer_len());
+    }
+    if (!config_.plain_storage()) {
+      staging_ = StagingBuffer(config_.max_batch, config_.num_kv_heads, config_.max_view_slots(),
+                               config_.head_dim, data_opts);
     }
     mask_values_ = detail::additive_values(config_.dtype, config_.device);
     arange32_ = at::arange(config_.max_batch + 1, long_opts.dtype(at::kInt));
@@ -209,38 +210,34 @@ class Cache {
   /// Writes one layer's new keys and values (one index_copy_ each) and returns
   /// views of the live rows. key/value: [live_batch, kv_heads, q, head_dim].
   KV update(int64_t layer, const at::Tensor& key, const at::Tensor& value, const StepPlan& step) {
-    check_mutable("update");
-    check_layer(layer);
-    check_current(step);
-    const std::vector<int64_t> shape = {step.live_batch_, config_.num_kv_heads, step.query_len_,
-                                        config_.head_dim};
-    const at::IntArrayRef expected(shape);
-    detail::check_tensor("key", key, config_.dtype, config_.device);
-    detail::check_tensor("value", value, config_.dtype, config_.device);
-    TORCH_CHECK(key.sizes() == expected,
-                "key: expected shape [live_batch, kv_heads, q, head_dim] = ", expected, " but got ",
-                key.sizes());
-    TORCH_CHECK(value.sizes() == expected,
-                "value: expected shape [live_batch, kv_heads, q, head_dim] = ", expected,
-                " but got ", value.sizes());
-    check_source("key", key, layer);
-    check_source("value", value, layer);
-
+    check_update(layer, key, value, step);
     const StepPlan::GroupPlan& planned = step.group(layer);
     const int64_t b = step.live_batch_;
     const auto l = static_cast<size_t>(layer);
-    if (step.per_row_) {
-      flat_keys_[l].index_copy_(0, planned.flat_index, key.reshape({-1, config_.head_dim}));
-      flat_values_[l].index_copy_(0, planned.flat_index, value.reshape({-1, config_.head_dim}));
-    } else if (b == config_.max_batch) {
-      keys_[l].index_copy_(2, planned.slots, key);
-      values_[l].index_copy_(2, planned.slots, value);
-    } else {
-      batch_prefix(keys_[l], b, keys_[l].size(2)).index_copy_(2, planned.slots, key);
-      batch_prefix(values_[l], b, values_[l].size(2)).index_copy_(2, planned.slots, value);
-    }
+    if (!config_.plain_storage()) return update_quantized(layer, key, value, step);
+    write_slots(keys_[l], flat_keys_[l], key, step, planned);
+    write_slots(values_[l], flat_values_[l], value, step, planned);
     return KV{batch_prefix(keys_[l], b, planned.view_len),
               batch_prefix(values_[l], b, planned.view_len)};
+  }
+
+  /// Where update(layer, key, value, step) would write, after every check
+  /// update() makes; nothing is written. For writers that fuse work into
+  /// the write (rotary_update(), rotary.hpp): they take the step's own
+  /// slots, so slots have one source of truth (Note [fused rotary write]).
+  detail::WriteTarget write_target(int64_t layer, const at::Tensor& key, const at::Tensor& value,
+                                   const StepPlan& step) {
+    check_update(layer, key, value, step);
+    const StepPlan::GroupPlan& planned = step.group(layer);
+    const int64_t b = step.live_batch_;
+    const auto l = static_cast<size_t>(layer);
+    detail::WriteTarget target;
+    target.keys = keys_[l];
+    target.values = values_[l];
+    target.slots = step.per_row_ ? planned.slots : planned.slots.expand({b, step.query_len_});
+    target.views = KV{batch_prefix(keys_[l], b, planned.view_len),
+                      batch_prefix(values_[l], b, planned.view_len)};
+    return target;
   }
 
   /// Attention of this step's queries over `kv` (what update(layer, ...)
@@ -271,6 +268,10 @@ class Cache {
   /// the error attend(..., kVarlen) raises otherwise); nullptr when it can.
   const char* varlen_refusal(int64_t layer, const at::Tensor& query) const {
     check_layer(layer);
+    if (!config_.plain_storage()) {
+      return "quantized KV storage (the kernel reads plain storage; the staged views take the "
+             "masked path)";
+    }
     if (group_of(layer).policy->window() > 0)
       return "a sliding-window layer (rings take the masked path)";
     if (!config_.device.is_cuda()) return "a cache on the CPU (the kernel is CUDA only)";
@@ -403,6 +404,7 @@ class Cache {
   /// RowState, Note [a restored row is the saved row]). Reads the row's seq_length on the host:
   /// between steps only.
   RowState save_row(int64_t row) const {
+    check_plain_rows("save_row");
     TORCH_CHECK(row >= 0 && row < config_.max_batch,
                 "row: expected a row in [0, max_batch=", config_.max_batch, ") but got ", row);
     RowState state;
@@ -428,6 +430,7 @@ class Cache {
   /// the state, with no host read (graph-safe, Invariant [graph-safe step]).
   void restore_row(const RowState& state, int64_t row) {
     check_mutable("restore_row");
+    check_plain_rows("restore_row");
     TORCH_CHECK(row >= 0 && row < config_.max_batch,
                 "row: expected a row in [0, max_batch=", config_.max_batch, ") but got ", row);
     detail::check_row_state(state, config_);
@@ -456,6 +459,9 @@ class Cache {
     int64_t total = seq_lengths_.nbytes();
     for (const auto& t : keys_) total += t.nbytes();
     for (const auto& t : values_) total += t.nbytes();
+    for (const auto& t : key_scales_) total += t.nbytes();
+    for (const auto& t : value_scales_) total += t.nbytes();
+    total += staging_.nbytes();
     for (const auto& g : groups_) total += g.slot_positions.nbytes() + g.row_head_base.nbytes();
     return total;
   }
@@ -476,6 +482,24 @@ class Cache {
     check_layer(layer);
     return values_[static_cast<size_t>(layer)];
   }
+  /// Per-slot float32 scales of a quantized cache's keys of a layer
+  /// ([max_batch, kv_heads, capacity + 1, 1]; a key is codes * scale);
+  /// undefined for plain storage.
+  const at::Tensor& key_scales(int64_t layer) const {
+    check_layer(layer);
+    return config_.plain_storage() ? undefined_ : key_scales_[static_cast<size_t>(layer)];
+  }
+  /// The values' scales; see key_scales().
+  const at::Tensor& value_scales(int64_t layer) const {
+    check_layer(layer);
+    return config_.plain_storage() ? undefined_ : value_scales_[static_cast<size_t>(layer)];
+  }
+  /// The staging buffer a quantized cache's views live in (Note [staging
+  /// buffer]); undefined (no tensors) for plain storage.
+  const StagingBuffer& staging() const { return staging_; }
+  /// Bytes of the staging buffer (0 for plain storage); part of memory_bytes().
+  int64_t staging_bytes() const { return staging_.nbytes(); }
+
   /// Position stored in each slot of a layer, -1 = empty: [max_batch, capacity].
   at::Tensor slot_positions(int64_t layer) const {
     const LayerGroup& g = group_of(layer);
@@ -499,6 +523,28 @@ class Cache {
                 "); call prepare() again after reset, row operations or another prepare()");
   }
 
+  // update()'s arguments (and write_target()'s): the current step and
+  // keys/values of its shape, none sharing memory with the buffers.
+  void check_update(int64_t layer, const at::Tensor& key, const at::Tensor& value,
+                    const StepPlan& step) const {
+    check_mutable("update");
+    check_layer(layer);
+    check_current(step);
+    const std::vector<int64_t> shape = {step.live_batch_, config_.num_kv_heads, step.query_len_,
+                                        config_.head_dim};
+    const at::IntArrayRef expected(shape);
+    detail::check_tensor("key", key, config_.dtype, config_.device);
+    detail::check_tensor("value", value, config_.dtype, config_.device);
+    TORCH_CHECK(key.sizes() == expected,
+                "key: expected shape [live_batch, kv_heads, q, head_dim] = ", expected, " but got ",
+                key.sizes());
+    TORCH_CHECK(value.sizes() == expected,
+                "value: expected shape [live_batch, kv_heads, q, head_dim] = ", expected,
+                " but got ", value.sizes());
+    check_source("key", key, layer);
+    check_source("value", value, layer);
+  }
+
   // attend()'s arguments: the current step, the views update() returned
   // for this layer, queries of the step's shape.
   void check_attend(int64_t layer, const at::Tensor& query, const KV& kv,
@@ -518,8 +564,13 @@ class Cache {
                 " but got ", query.size(1));
     const std::vector<int64_t> shape = {b, config_.num_kv_heads, step.view_len(layer),
                                         config_.head_dim};
-    for (const auto& [name, view, buffer] : {std::make_tuple("kv.keys", kv.keys, keys_[l]),
-                                             std::make_tuple("kv.values", kv.values, values_[l])}) {
+    check_staged(layer, step);
+    const bool plain = config_.plain_storage();
+    const at::Tensor& key_buffer = plain ? keys_[l] : staging_.keys();
+    const at::Tensor& value_buffer = plain ? values_[l] : staging_.values();
+    for (const auto& [name, view, buffer] :
+         {std::make_tuple("kv.keys", kv.keys, key_buffer),
+          std::make_tuple("kv.values", kv.values, value_buffer)}) {
       TORCH_CHECK(view.defined() && view.is_alias_of(buffer) &&
                       view.sizes() == at::IntArrayRef(shape) &&
                       view.strides() == buffer.strides() &&
@@ -586,8 +637,7 @@ class Cache {
   // lengths, -1 for slot positions).
   template <typename Fn>
   void for_each_row_tensor(Fn&& fn) {
-    for (auto& t : keys_) fn(t, 0);
-    for (auto& t : values_) fn(t, 0);
+    for_each_buffer([&](at::Tensor& t) { fn(t, 0); });
     for (auto& g : groups_) fn(g.slot_positions, -1);
     fn(seq_lengths_, 0);
   }
@@ -645,12 +695,12 @@ class Cache {
     for (const LayerGroup& g : groups_) drop.push_back(g.slot_positions.narrow(0, 0, b).ge(keep));
     retire_plan();  // Note [lazy masks]: a held plan's masks describe the state before
     generation_ = detail::next_generation();
-    for (size_t l = 0; l < keys_.size(); ++l) {
-      const at::Tensor& d = drop[static_cast<size_t>((*layer_group_)[l])];
-      const at::Tensor mask = d.view({b, 1, d.size(1), 1});
-      keys_[l].narrow(0, 0, b).masked_fill_(mask, 0);
-      values_[l].narrow(0, 0, b).masked_fill_(mask, 0);
-    }
+    size_t i = 0;  // for_each_buffer: per layer, keys then values (then their scales)
+    const size_t per_layer = buffers_per_layer();
+    for_each_buffer([&](at::Tensor& t) {
+      const at::Tensor& d = drop[static_cast<size_t>((*layer_group_)[i++ / per_layer])];
+      t.narrow(0, 0, b).masked_fill_(d.view({b, 1, d.size(1), 1}), 0);
+    });
     for (size_t g = 0; g < groups_.size(); ++g) {
       groups_[g].slot_positions.narrow(0, 0, b).masked_fill_(drop[g], -1);
     }
@@ -712,6 +762,7 @@ class Cache {
   void retire_plan() {
     if (const std::shared_ptr<detail::LazyPlan> plan = current_plan_.lock()) plan->materialize();
     current_plan_.reset();
+    staging_.release();  // Note [staging buffer]: staged views end with their step
   }
 
   // Note [prepare is all or nothing]: prepare() writes seq_lengths and each
@@ -825,16 +876,121 @@ class Cache {
     }
   }
 
+  // One layer's buffers: keys and values [max_batch, kv_heads, slots,
+  // head_dim] in the storage dtype (zeroed; float8 allocated as its uint8
+  // bits, which every write and row operation goes through, LibTorch having
+  // no float8 index_copy_ or index_fill_ on the CPU), their [-1, head_dim]
+  // aliases for per-row writes, and for quantized storage the scales
+  // [max_batch, kv_heads, slots, 1] with their [-1, 1] aliases.
+  void add_layer_buffers(int64_t slots) {
+    const std::vector<int64_t> shape = {config_.max_batch, config_.num_kv_heads, slots,
+                                        config_.head_dim};
+    const bool fp8 = config_.kv_storage == KvStorage::kFp8E4m3;
+    const auto opts =
+        at::TensorOptions().dtype(fp8 ? at::kByte : config_.storage_dtype()).device(config_.device);
+    for (bool is_key : {true, false}) {
+      at::Tensor raw = at::zeros(shape, opts);
+      (is_key ? keys_ : values_).push_back(fp8 ? raw.view(at::kFloat8_e4m3fn) : raw);
+      (is_key ? write_keys_ : write_values_).push_back(raw);
+      (is_key ? flat_keys_ : flat_values_).push_back(raw.view({-1, config_.head_dim}));
+      if (config_.plain_storage()) continue;
+      at::Tensor scale = at::zeros({shape[0], shape[1], slots, 1}, opts.dtype(at::kFloat));
+      (is_key ? flat_key_scales_ : flat_value_scales_).push_back(scale.view({-1, 1}));
+      (is_key ? key_scales_ : value_scales_).push_back(std::move(scale));
+    }
+  }
+
+  // One index_copy_ of src into buffer (or its flat alias, for per-row
+  // positions) at the step's slots of the layer type.
+  void write_slots(at::Tensor& buffer, at::Tensor& flat, const at::Tensor& src,
+                   const StepPlan& step, const StepPlan::GroupPlan& planned) {
+    const int64_t b = step.live_batch_;
+    if (step.per_row_) {
+      flat.index_copy_(0, planned.flat_index, src.reshape({-1, src.size(-1)}));
+    } else if (b == config_.max_batch) {
+      buffer.index_copy_(2, planned.slots, src);
+    } else {
+      batch_prefix(buffer, b, buffer.size(2)).index_copy_(2, planned.slots, src);
+    }
+  }
+
+  // Note [quantized storage]: codes and scales are written through the same
+  // slots a plain cache writes (padding to the scratch slot included), then
+  // the layer's view is dequantized into the shared staging buffer (Note
+  // [staging buffer]), valid until the next layer's update().
+  KV update_quantized(int64_t layer, const at::Tensor& key, const at::Tensor& value,
+                      const StepPlan& step) {
+    const StepPlan::GroupPlan& planned = step.group(layer);
+    const auto l = static_cast<size_t>(layer);
+    const auto [key_codes, key_scale] = detail::quantize(key, config_.kv_storage);
+    const auto [value_codes, value_scale] = detail::quantize(value, config_.kv_storage);
+    write_slots(write_keys_[l], flat_keys_[l], key_codes, step, planned);
+    write_slots(key_scales_[l], flat_key_scales_[l], key_scale, step, planned);
+    write_slots(write_values_[l], flat_values_[l], value_codes, step, planned);
+    write_slots(value_scales_[l], flat_value_scales_[l], value_scale, step, planned);
+    const int64_t b = step.live_batch_;
+    const int64_t n = planned.view_len;
+    auto [keys, values] = staging_.stage(layer, step.generation_, b, n);
+    detail::dequantize_into(keys, batch_prefix(keys_[l], b, n), batch_prefix(key_scales_[l], b, n));
+    detail::dequantize_into(values, batch_prefix(values_[l], b, n),
+                            batch_prefix(value_scales_[l], b, n));
+    return KV{keys, values};
+  }
+
+  // Every per-row buffer a row operation writes: per layer, the keys and
+  // values as written (float8 through its uint8 bits), then for quantized
+  // storage their scales. All hold 0 in an empty row.
+  template <typename Fn>
+  void for_each_buffer(Fn&& fn) {
+    for (size_t l = 0; l < keys_.size(); ++l) {
+      fn(write_keys_[l]);
+      fn(write_values_[l]);
+      if (config_.plain_storage()) continue;
+      fn(key_scales_[l]);
+      fn(value_scales_[l]);
+    }
+  }
+  size_t buffers_per_layer() const { return config_.plain_storage() ? 2 : 4; }
+
+  // Note [staging buffer]: a quantized layer's views live in the shared
+  // staging buffer only until the next layer's update(); attend() refuses
+  // views another update() has overwritten since.
+  void check_staged(int64_t layer, const StepPlan& step) const {
+    if (config_.plain_storage()) return;
+    TORCH_CHECK(staging_.holds(layer, step.generation_), "kv: expected the views update(", layer,
+                ", ...) returned for this step, still in the staging buffer, but the staging "
+                "buffer now holds ",
+                staging_.holder() < 0 ? std::string("nothing current")
+                                      : "layer " + std::to_string(staging_.holder()),
+                " (kv_storage=", config_.kv_storage,
+                ": a layer's views are valid until the next layer's update(); Note [staging "
+                "buffer], docs/design.md)");
+  }
+
+  // Row save/restore copies buffers in the compute dtype (RowState); a
+  // quantized row would need its codes and scales saved as they are.
+  void check_plain_rows(const char* entry_point) const {
+    TORCH_CHECK(config_.plain_storage(), entry_point,
+                ": expected a cache with CacheConfig.kv_storage=compute (row save/restore "
+                "supports plain storage only) but got kv_storage=",
+                config_.kv_storage);
+  }
+
   CacheConfig config_;
   std::vector<LayerGroup> groups_;
   std::shared_ptr<const std::vector<int64_t>> layer_group_;  // group of each layer
   std::vector<at::Tensor> keys_;    // per layer [max_batch, kv_heads, capacity + 1, head_dim]
   std::vector<at::Tensor> values_;  // per layer, same shape
-  std::vector<at::Tensor> flat_keys_, flat_values_;  // per layer, [-1, head_dim] aliases
-  detail::AdditiveValues mask_values_;               // [] each, in dtype on the device
-  at::Tensor arange32_;                              // int32 [max_batch + 1]: 0, 1, 2, ...
-  std::weak_ptr<detail::LazyPlan> current_plan_;     // the latest StepPlan's lazy parts
-  at::Tensor seq_lengths_;                           // [max_batch], int64
+  std::vector<at::Tensor> write_keys_, write_values_;  // per layer, as written (fp8: uint8 bits)
+  std::vector<at::Tensor> flat_keys_, flat_values_;    // per layer, [-1, head_dim] aliases
+  std::vector<at::Tensor> key_scales_, value_scales_;  // quantized: [max_batch, kv_heads, slots, 1]
+  std::vector<at::Tensor> flat_key_scales_, flat_value_scales_;  // quantized: [-1, 1] aliases
+  StagingBuffer staging_;                                        // quantized: Note [staging buffer]
+  at::Tensor undefined_;
+  detail::AdditiveValues mask_values_;            // [] each, in dtype on the device
+  at::Tensor arange32_;                           // int32 [max_batch + 1]: 0, 1, 2, ...
+  std::weak_ptr<detail::LazyPlan> current_plan_;  // the latest StepPlan's lazy parts
+  at::Tensor seq_lengths_;                        // [max_batch], int64
   uint64_t generation_ = 0;
 };
 

@@ -39,6 +39,29 @@ inline const char* to_string(LayerType type) {
 
 inline std::ostream& operator<<(std::ostream& os, LayerType type) { return os << to_string(type); }
 
+/// How a cache stores keys and values (Note [quantized storage],
+/// docs/design.md). The compute dtype (CacheConfig::dtype) is what update()
+/// takes and what its views hold either way.
+enum class KvStorage {
+  kCompute,  ///< plain: stored in the compute dtype, the views are the buffers
+  kInt8,     ///< int8, symmetric, one float32 scale per token and kv head
+  kFp8E4m3,  ///< float8 e4m3 (fn), one float32 scale per token and kv head
+};
+
+inline const char* to_string(KvStorage storage) {
+  switch (storage) {
+    case KvStorage::kCompute:
+      return "compute";
+    case KvStorage::kInt8:
+      return "int8";
+    case KvStorage::kFp8E4m3:
+      return "fp8";
+  }
+  return "unknown";
+}
+
+inline std::ostream& operator<<(std::ostream& os, KvStorage s) { return os << to_string(s); }
+
 /// `num_layers` sliding layers (Mistral-style: every layer windowed).
 inline std::vector<LayerType> all_sliding(int64_t num_layers) {
   return std::vector<LayerType>(static_cast<size_t>(std::max<int64_t>(num_layers, 0)),
@@ -93,6 +116,35 @@ struct CacheConfig {
   /// masks], step.hpp): for callers that want a step's whole cost in
   /// prepare(). Off by default: a step on the varlen path needs no mask.
   bool eager_masks = false;
+  /// Stored dtype of keys and values (Note [quantized storage]): kCompute
+  /// (plain, the default) or a quantized type whose update() views are
+  /// dequantized into one staging buffer shared by every layer, valid until
+  /// the next layer's update() (Note [staging buffer]).
+  KvStorage kv_storage = KvStorage::kCompute;
+
+  /// Plain storage: the buffers hold the compute dtype and update()'s views
+  /// are the buffers themselves. What a feature that writes or reads the
+  /// buffers directly (a fused write kernel, the varlen path) tests for.
+  bool plain_storage() const { return kv_storage == KvStorage::kCompute; }
+
+  /// The dtype of the key and value buffers: dtype, int8 or float8 e4m3fn.
+  c10::ScalarType storage_dtype() const {
+    switch (kv_storage) {
+      case KvStorage::kInt8:
+        return c10::kChar;
+      case KvStorage::kFp8E4m3:
+        return c10::kFloat8_e4m3fn;
+      default:
+        return dtype;
+    }
+  }
+
+  /// The largest number of slots a view exposes (the largest capacity):
+  /// what the staging buffer of a quantized cache is sized for.
+  int64_t max_view_slots() const {
+    const int64_t full = has_type(LayerType::kFull) ? max_len : 0;
+    return std::max(full, has_type(LayerType::kSliding) ? sliding_capacity() : int64_t{0});
+  }
 
   LayerType layer_type(int64_t layer) const {
     TORCH_CHECK(layer >= 0 && layer < num_layers, "layer: expected an index in [0, ", num_layers,
@@ -136,6 +188,7 @@ struct CacheConfig {
     TORCH_CHECK(dtype == c10::kFloat || dtype == c10::kHalf || dtype == c10::kBFloat16 ||
                     dtype == c10::kDouble,
                 "CacheConfig.dtype: expected Float, Half, BFloat16 or Double but got ", dtype);
+    validate_storage();
     TORCH_CHECK(device.is_cpu() || device.is_cuda(),
                 "CacheConfig.device: expected a cpu or cuda device but got ", device);
     TORCH_CHECK(layer_types.empty() || static_cast<int64_t>(layer_types.size()) == num_layers,
@@ -175,15 +228,49 @@ struct CacheConfig {
                 " bytes, twice, which overflows");
   }
 
+  /// The stored type against the compute dtype (Note [quantized storage]).
+  void validate_storage() const {
+    TORCH_CHECK(kv_storage == KvStorage::kCompute || kv_storage == KvStorage::kInt8 ||
+                    kv_storage == KvStorage::kFp8E4m3,
+                "CacheConfig.kv_storage: expected compute, int8 or fp8 but got ",
+                static_cast<int>(kv_storage));
+    TORCH_CHECK(
+        plain_storage() || dtype == c10::kFloat || dtype == c10::kHalf || dtype == c10::kBFloat16,
+        "CacheConfig.kv_storage: expected compute storage with CacheConfig.dtype=", dtype,
+        " (quantized storage takes a Float, Half or BFloat16 compute dtype) but got "
+        "kv_storage=",
+        kv_storage);
+  }
+
+  /// Bytes of the staging buffer a quantized cache shares between its
+  /// layers (Note [staging buffer]): keys and values [max_batch, kv_heads,
+  /// max_view_slots(), head_dim] in the compute dtype; 0 for plain storage.
+  /// Part of owned_bytes(). On overflow sets *overflow and returns 0.
+  int64_t staging_bytes(bool* overflow) const {
+    if (plain_storage()) return 0;
+    int64_t bytes = 2 * static_cast<int64_t>(c10::elementSize(dtype));
+    const bool bad = c10::mul_overflows(bytes, max_batch, &bytes) ||
+                     c10::mul_overflows(bytes, num_kv_heads, &bytes) ||
+                     c10::mul_overflows(bytes, max_view_slots(), &bytes) ||
+                     c10::mul_overflows(bytes, head_dim, &bytes);
+    if (bad) *overflow = true;
+    return bad ? 0 : bytes;
+  }
+
   /// Bytes a cache built from this config owns, computed without allocating
   /// (the one place they are computed: validate() rejects a config whose
   /// total overflows int64, estimate_memory_bytes() returns it). Per layer
   /// type present: keys and values [max_batch, kv_heads, slots, head_dim],
   /// slot_positions [max_batch, slots] and row offsets [max_batch, kv_heads]
   /// (int64), with slots = capacity + 1 (the scratch slot); plus
-  /// seq_lengths [max_batch]. On overflow sets *overflow and returns 0.
+  /// seq_lengths [max_batch]. A quantized cache stores keys and values in
+  /// storage_dtype(), adds a float32 scale per slot, kv head and row to each
+  /// (4 bytes a slot where head_dim elements take head_dim bytes) and owns
+  /// the staging buffer (staging_bytes()). On overflow sets *overflow and
+  /// returns 0.
   int64_t owned_bytes(bool* overflow) const {
-    const int64_t element = static_cast<int64_t>(c10::elementSize(dtype));
+    const int64_t scale = plain_storage() ? 0 : 4;  // float32 per token and kv head
+    const int64_t element = static_cast<int64_t>(c10::elementSize(storage_dtype()));
     const int64_t sliding = static_cast<int64_t>(
         std::count(layer_types.begin(), layer_types.end(), LayerType::kSliding));
     const std::pair<int64_t, int64_t> kinds[] = {
@@ -194,17 +281,20 @@ struct CacheConfig {
     for (const auto& [layers, slots] : kinds) {
       if (layers == 0) continue;
       int64_t kv = 2 * element;  // keys and values
-      int64_t book = 8;          // slot_positions
-      int64_t offsets = 8;       // row offsets
-      bad = bad || c10::mul_overflows(kv, head_dim, &kv) || c10::mul_overflows(kv, slots, &kv) ||
-            c10::mul_overflows(kv, num_kv_heads, &kv) || c10::mul_overflows(kv, max_batch, &kv) ||
-            c10::mul_overflows(kv, layers, &kv) || c10::mul_overflows(book, slots, &book) ||
-            c10::mul_overflows(book, max_batch, &book) ||
+      int64_t scales = 2 * scale;
+      int64_t book = 8;     // slot_positions
+      int64_t offsets = 8;  // row offsets
+      bad = bad || c10::mul_overflows(kv, head_dim, &kv) || c10::add_overflows(kv, scales, &kv) ||
+            c10::mul_overflows(kv, slots, &kv) || c10::mul_overflows(kv, num_kv_heads, &kv) ||
+            c10::mul_overflows(kv, max_batch, &kv) || c10::mul_overflows(kv, layers, &kv) ||
+            c10::mul_overflows(book, slots, &book) || c10::mul_overflows(book, max_batch, &book) ||
             c10::mul_overflows(offsets, num_kv_heads, &offsets) ||
             c10::mul_overflows(offsets, max_batch, &offsets) ||
             c10::add_overflows(total, kv, &total) || c10::add_overflows(total, book, &total) ||
             c10::add_overflows(total, offsets, &total);
     }
+    const int64_t staging = staging_bytes(&bad);
+    bad = bad || c10::add_overflows(total, staging, &total);
     *overflow = bad;
     return bad ? 0 : total;
   }

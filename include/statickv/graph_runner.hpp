@@ -110,6 +110,19 @@ GraphPool new_graph_pool();
 /// the capture ended and the stream usable again, if capture fails.
 std::unique_ptr<DeviceGraph> capture_cuda_graph(const at::Device& device, GraphPool pool,
                                                 int warmup_runs, const std::function<void()>& body);
+
+/// Nodes of one captured step, by kind (cudaGraphGetNodes).
+struct GraphNodeCounts {
+  int64_t kernels = 0;  ///< kernel launches
+  int64_t copies = 0;   ///< memcpy nodes
+  int64_t sets = 0;     ///< memset nodes
+  int64_t total = 0;    ///< every node
+};
+/// Runs `body` eagerly `warmup_runs` times, captures it once on a side
+/// stream of `device` and counts the graph's nodes (the graph is dropped):
+/// how many kernels a step launches. For benchmarks and tests.
+GraphNodeCounts count_graph_nodes(const at::Device& device, int warmup_runs,
+                                  const std::function<void()>& body);
 #endif
 
 }  // namespace detail

@@ -8,7 +8,11 @@
 #include <statickv/graph_runner.hpp>
 #include <statickv/layers.hpp>
 #include <statickv/mask.hpp>
+#include <statickv/quantize.hpp>
+#include <statickv/rotary.hpp>
 #include <statickv/row_state.hpp>
+#include <statickv/sharding.hpp>
+#include <statickv/staging.hpp>
 #include <statickv/step.hpp>
 #include <statickv/varlen.hpp>
 #include <statickv/version.hpp>

@@ -92,6 +92,18 @@ struct KV {
   at::Tensor values;  // [live_batch, kv_heads, view_len, head_dim]
 };
 
+namespace detail {
+
+/// Where update() writes one layer's part of a step (Cache::write_target()):
+/// what a fused writer (rotary_update(), rotary.hpp) needs, nothing more.
+struct WriteTarget {
+  at::Tensor keys, values;  // whole buffers [max_batch, kv_heads, capacity + 1, head_dim]
+  at::Tensor slots;         // int64 [live_batch, q], the step's write slots (rows may be stride 0)
+  KV views;                 // what update() returns
+};
+
+}  // namespace detail
+
 class StepPlan {
  public:
   /// Bool attention mask (true = attend) aligned with the views update()

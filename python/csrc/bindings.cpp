@@ -23,6 +23,7 @@ namespace {
 
 using statickv::Cache;
 using statickv::CacheConfig;
+using statickv::KvStorage;
 using statickv::LayerType;
 using statickv::ShapeBuckets;
 using statickv::StepPlan;
@@ -31,6 +32,10 @@ void bind_config(py::module_& m) {
   py::enum_<LayerType>(m, "LayerType")
       .value("FULL", LayerType::kFull)
       .value("SLIDING", LayerType::kSliding);
+  py::enum_<KvStorage>(m, "KvStorage")
+      .value("COMPUTE", KvStorage::kCompute)
+      .value("INT8", KvStorage::kInt8)
+      .value("FP8_E4M3", KvStorage::kFp8E4m3);
   py::class_<CacheConfig>(m, "CacheConfig")
       .def(py::init<>())
       .def_readwrite("num_layers", &CacheConfig::num_layers)
@@ -44,6 +49,8 @@ void bind_config(py::module_& m) {
       .def_readwrite("sliding_window", &CacheConfig::sliding_window)
       .def_readwrite("max_chunk", &CacheConfig::max_chunk)
       .def_readwrite("check_position_values", &CacheConfig::check_position_values)
+      .def_readwrite("kv_storage", &CacheConfig::kv_storage)
+      .def("plain_storage", &CacheConfig::plain_storage)
       .def("validate", &CacheConfig::validate)
       .def("effective_max_chunk", &CacheConfig::effective_max_chunk)
       .def("sliding_capacity", &CacheConfig::sliding_capacity)
@@ -86,6 +93,7 @@ void bind_cache(py::module_& m) {
       .def("reorder", &Cache::reorder, py::arg("indices"))
       .def("seq_lengths", &Cache::seq_lengths)
       .def("memory_bytes", &Cache::memory_bytes)
+      .def("staging_bytes", &Cache::staging_bytes)
       .def_property_readonly("config", &Cache::config)
       .def_property_readonly("num_layers", &Cache::num_layers)
       .def("capacity", &Cache::capacity, py::arg("layer"))

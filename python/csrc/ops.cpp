@@ -6,36 +6,41 @@
 
 #include <statickv/checks.hpp>
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include <vector>
 
 namespace statickv::ops {
 
+// Sizes are read as SymInts (sym_size, sym_sizes): in eager mode they are
+// plain integers, and under torch.export's fake tensors a comparison such as
+// b <= max_batch becomes a range guard instead of pinning the batch to the
+// example's size, so a dynamic batch (torch.export.Dim) stays dynamic.
 void check_cache_write(const at::Tensor& keys, const at::Tensor& values, const at::Tensor& key,
                        const at::Tensor& value, const at::Tensor& slots) {
   detail::check_rank("keys", keys, 4, "[max_batch, kv_heads, slots, head_dim]");
   detail::check_tensor("values", values, keys.scalar_type(), keys.device());
-  TORCH_CHECK(values.sizes() == keys.sizes(), "values: expected the shape of keys ", keys.sizes(),
-              " but got ", values.sizes());
+  TORCH_CHECK(values.sym_sizes() == keys.sym_sizes(), "values: expected the shape of keys ",
+              keys.sym_sizes(), " but got ", values.sym_sizes());
   TORCH_CHECK(keys.is_contiguous() && values.is_contiguous(),
               "keys, values: expected a layer's whole (contiguous) buffers but got strides ",
-              keys.strides(), " and ", values.strides());
+              keys.sym_strides(), " and ", values.sym_strides());
   detail::check_tensor("key", key, keys.scalar_type(), keys.device());
   detail::check_tensor("value", value, keys.scalar_type(), keys.device());
   detail::check_rank("key", key, 4, "[b, kv_heads, q, head_dim]");
-  TORCH_CHECK(value.sizes() == key.sizes(), "value: expected the shape of key ", key.sizes(),
-              " but got ", value.sizes());
-  TORCH_CHECK(key.size(0) >= 1 && key.size(0) <= keys.size(0) && key.size(1) == keys.size(1) &&
-                  key.size(3) == keys.size(3),
-              "key: expected [b <= max_batch=", keys.size(0), ", kv_heads=", keys.size(1),
-              ", q, head_dim=", keys.size(3), "] but got ", key.sizes());
+  TORCH_CHECK(value.sym_sizes() == key.sym_sizes(), "value: expected the shape of key ",
+              key.sym_sizes(), " but got ", value.sym_sizes());
+  TORCH_CHECK(key.sym_size(0) >= 1 && key.sym_size(0) <= keys.sym_size(0) &&
+                  key.sym_size(1) == keys.sym_size(1) && key.sym_size(3) == keys.sym_size(3),
+              "key: expected [b <= max_batch=", keys.sym_size(0), ", kv_heads=", keys.sym_size(1),
+              ", q, head_dim=", keys.sym_size(3), "] but got ", key.sym_sizes());
   detail::check_tensor("slots", slots, at::kLong, keys.device());
-  const std::vector<int64_t> per_row = {key.size(0), key.size(2)};
-  TORCH_CHECK((slots.dim() == 1 && slots.size(0) == key.size(2)) ||
-                  (slots.dim() == 2 && slots.sizes() == at::IntArrayRef(per_row)),
-              "slots: expected [q] = [", key.size(2), "] or [b, q] = ", at::IntArrayRef(per_row),
-              " but got ", slots.sizes());
+  const std::vector<c10::SymInt> per_row = {key.sym_size(0), key.sym_size(2)};
+  TORCH_CHECK((slots.dim() == 1 && slots.sym_size(0) == key.sym_size(2)) ||
+                  (slots.dim() == 2 && slots.sym_sizes() == c10::SymIntArrayRef(per_row)),
+              "slots: expected [q] = [", key.sym_size(2),
+              "] or [b, q] = ", c10::SymIntArrayRef(per_row), " but got ", slots.sym_sizes());
 }
 
 void cache_write(const at::Tensor& keys, const at::Tensor& values, const at::Tensor& key,
@@ -55,6 +60,12 @@ void cache_write(const at::Tensor& keys, const at::Tensor& values, const at::Ten
   const at::Tensor index = base.view({b, heads, 1}).add(slots.unsqueeze(1)).view(-1);
   keys.view({-1, head_dim}).index_copy_(0, index, key.reshape({-1, head_dim}));
   values.view({-1, head_dim}).index_copy_(0, index, value.reshape({-1, head_dim}));
+}
+
+void check_registered() {
+  TORCH_CHECK(c10::Dispatcher::singleton().findSchema({"statickv::cache_write", ""}).has_value(),
+              "statickv::cache_write is not registered: link the operator library (CMake target "
+              "statickv_ops) or import statickv in Python");
 }
 
 namespace {

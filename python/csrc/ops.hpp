@@ -26,4 +26,10 @@ void cache_write(const at::Tensor& keys, const at::Tensor& values, const at::Ten
 void check_cache_write(const at::Tensor& keys, const at::Tensor& values, const at::Tensor& key,
                        const at::Tensor& value, const at::Tensor& slots);
 
+/// Throws c10::Error unless torch's dispatcher has statickv::cache_write. A
+/// C++ consumer of a package that calls the op (the AOTInductor runner,
+/// aoti/) calls it before the first run; calling it also keeps this library
+/// linked, whose static TORCH_LIBRARY initialiser registers the op.
+void check_registered();
+
 }  // namespace statickv::ops

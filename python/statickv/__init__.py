@@ -13,6 +13,7 @@ from statickv._C import (  # noqa: F401
     Cache,
     CacheConfig,
     HybridCache,
+    KvStorage,
     LayerType,
     ShapeBuckets,
     StaticCache,

@@ -28,6 +28,21 @@ def test_prepare_and_update_return_views_of_the_same_buffers():
     assert cache.seq_lengths().tolist() == [4, 4, 0]
 
 
+def test_quantized_storage_stages_dequantized_views_in_one_buffer():
+    plain = statickv.StaticCache(small_config())
+    cache = statickv.StaticCache(small_config(kv_storage=statickv.KvStorage.INT8))
+    assert not cache.config.plain_storage() and cache.keys(0).dtype == torch.int8
+    assert cache.memory_bytes() == statickv.estimate_memory_bytes(cache.config)
+    assert cache.staging_bytes() > 0 and plain.staging_bytes() == 0
+    key = torch.randn(2, 2, 4, 4)
+    step = cache.prepare(torch.arange(4), 2)
+    keys, _ = cache.update(0, key, key, step)
+    assert keys.dtype == torch.float32
+    assert torch.allclose(keys[:, :, :4], key, atol=0.02 * key.abs().max().item())
+    keys1, _ = cache.update(1, key, key, step)
+    assert keys1.data_ptr() == keys.data_ptr()  # one staging buffer for every layer
+
+
 def test_row_operations_keep_addresses_and_move_rows():
     cache = statickv.HybridCache(small_config(layer_types=statickv.all_sliding(2),
                                               sliding_window=4))

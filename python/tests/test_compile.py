@@ -44,7 +44,7 @@ def seed_29151(model, cache, eager):
         assert torch.equal(out, eager(ids, mask, 3)), f"prompt length {n}"
 
 
-def setup(kind="llama"):
+def setup(kind="llama", prompt_buckets=LENGTH_BUCKETS):
     model = tiny_model(kind)
 
     def eager(ids, mask, new):
@@ -52,7 +52,7 @@ def setup(kind="llama"):
 
     reference = tiny_model(kind)  # the same weights, never compiled
     cache = skh.StaticKVCache(model.config, max_batch_size=4, max_cache_len=160, max_chunk=128,
-                              batch_buckets=[1, 2, 4], prompt_buckets=LENGTH_BUCKETS)
+                              batch_buckets=[1, 2, 4], prompt_buckets=prompt_buckets)
     return model, cache, eager
 
 
@@ -72,6 +72,15 @@ def test_seed_29151_sixteen_prompt_lengths_compile_4_prefill_graphs(fresh_dynamo
     recorder = GraphRecorder()
     seed_29151(compiled(model, recorder), cache, eager)
     assert sorted(recorder.prefill()) == [(4, q) for q in LENGTH_BUCKETS]
+    assert recorder.decode() == [(1, 1)]
+    assert not torch._dynamo.utils.counters["graph_break"]
+
+
+def test_one_prompt_bucket_prefills_every_length_in_chunks_through_one_graph(fresh_dynamo):
+    model, cache, eager = setup(prompt_buckets=[32])
+    recorder = GraphRecorder()
+    seed_29151(compiled(model, recorder), cache, eager)  # 17..120 tokens: 1 to 4 chunks
+    assert recorder.prefill() == [(4, 32)]
     assert recorder.decode() == [(1, 1)]
     assert not torch._dynamo.utils.counters["graph_break"]
 

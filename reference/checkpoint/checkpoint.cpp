@@ -143,14 +143,14 @@ Checkpoint load_checkpoint(const std::string& dir, at::ScalarType dtype, at::Dev
   const Sources sources = read_sources(dir);
   // Every check first; conversion (which may allocate a lot) only after.
   const auto expected = expected_parameters(checkpoint.config);
-  std::vector<std::pair<std::string, at::Tensor>> found;
-  for (const auto& [name, shape] : expected) {
-    found.emplace_back(name, find_parameter(sources, name, shape));
-  }
+  Weights found;
+  for (const auto& [name, shape] : expected) found[name] = find_parameter(sources, name, shape);
   check_unused(dir, sources, expected, checkpoint.config, options);
-  for (auto& [name, tensor] : found) {
+  // Only this rank's slices (views of the memory map) go on to be converted.
+  const TpPlan plan = plan_tensor_parallel(checkpoint.config, options.tp);
+  for (auto& [name, tensor] : shard_weights(checkpoint.config, plan, std::move(found))) {
     const bool in_place = device.is_cpu() && tensor.scalar_type() == dtype;
-    checkpoint.weights[name] = in_place ? tensor : tensor.to(device, dtype);
+    checkpoint.weights[name] = (in_place ? tensor : tensor.to(device, dtype)).contiguous();
   }
   return checkpoint;
 }

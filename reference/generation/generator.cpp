@@ -115,18 +115,22 @@ Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t m
               "cache: expected hybrid or dynamic for a model with sliding-window layers but got "
               "static");
   check_speculation(s.options, model, max_len);
+  TORCH_CHECK(s.options.cache != CacheKind::kDynamic || s.options.path == DecodePath::kPlain,
+              "path: expected plain with cache dynamic (the fused path writes through a static "
+              "or hybrid cache's rotary_update) but got fused");
   s.chunk = s.options.prefill_chunk > 0 ? std::min(s.options.prefill_chunk, max_len) : max_len;
   if (s.options.cache == CacheKind::kDynamic) return;
 
   CacheConfig cache_config = model.cache_config(max_batch, max_len);
   cache_config.max_chunk = s.options.prefill_chunk > 0 ? s.chunk : 0;
+  cache_config.kv_storage = s.options.kv_storage;
   if (s.options.cache == CacheKind::kStatic) {
     s.cache = std::make_unique<StaticCache>(cache_config);
   } else {
     s.cache = std::make_unique<HybridCache>(cache_config);
   }
   s.chunk = std::min(s.chunk, s.cache->config().effective_max_chunk());
-  s.cache_backend = std::make_unique<CacheBackend>(*s.cache, s.options.kernel);
+  s.cache_backend = std::make_unique<CacheBackend>(*s.cache, s.options.kernel, s.options.path);
   if (s.options.speculate > 0) check_verify_chunk(s.options.speculate, *s.cache, "target");
   if (s.options.draft_model) {
     // Any layer types; the target's max_chunk, so a verification step's
@@ -417,6 +421,7 @@ GenerateResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     }
     result.decode_seconds = seconds_since(start, device);
     result.cache_bytes = s.cache ? s.cache->memory_bytes() : dynamic->memory_bytes();
+    result.staging_bytes = s.cache ? s.cache->staging_bytes() : 0;
   }
   // Outside inference mode: the caller gets ordinary tensors.
   result.tokens = std::move(rows.tokens);

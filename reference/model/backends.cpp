@@ -4,6 +4,7 @@
 #include <statickv/attention.hpp>
 #include <statickv/checks.hpp>
 #include <statickv/reference/backends.hpp>
+#include <statickv/rotary.hpp>
 
 namespace statickv::reference {
 
@@ -22,6 +23,25 @@ void check_tokens(const char* name, const at::Tensor& t) {
   detail::check_dtype(name, t, at::kLong);
 }
 
+const char* to_string(DecodePath path) { return path == DecodePath::kFused ? "fused" : "plain"; }
+
+DecodePath parse_decode_path(const std::string& name, const char* flag) {
+  if (name == "plain") return DecodePath::kPlain;
+  if (name == "fused") return DecodePath::kFused;
+  TORCH_CHECK(false, flag, ": expected plain or fused but got '", name, "'");
+}
+
+at::Tensor AttentionBackend::attend_rotary(int64_t layer, const at::Tensor& query,
+                                           const at::Tensor& key, const at::Tensor& value,
+                                           const at::Tensor& cos, const at::Tensor& sin) {
+  return attend(layer, apply_rotary(query, cos, sin), apply_rotary(key, cos, sin), value);
+}
+
+CacheBackend::CacheBackend(Cache& cache, AttentionKernel kernel, DecodePath path)
+    : cache_(cache), kernel_(kernel), path_(path) {
+  if (path_ == DecodePath::kFused) detail::check_rotary_config(cache_.config());
+}
+
 void CacheBackend::begin(const at::Tensor& positions, int64_t attend_len) {
   check_tokens("CacheBackend.positions", positions);
   // Drop the last pass's plan first, so prepare() need not build the masks
@@ -33,10 +53,24 @@ void CacheBackend::begin(const at::Tensor& positions, int64_t attend_len) {
 at::Tensor CacheBackend::attend(int64_t layer, const at::Tensor& query, const at::Tensor& key,
                                 const at::Tensor& value) {
   TORCH_CHECK(step_ != nullptr, "CacheBackend: expected begin() before attend()");
-  const KV kv = cache_.update(layer, key, value, *step_);
-  // The cache's own entry point picks the fastest exact path (mask-free
-  // varlen on CUDA fp16/bf16 full layers, else sdpa with the additive mask);
-  // the reference kernel takes the bool mask.
+  return attend_views(layer, query, cache_.update(layer, key, value, *step_));
+}
+
+at::Tensor CacheBackend::attend_rotary(int64_t layer, const at::Tensor& query,
+                                       const at::Tensor& key, const at::Tensor& value,
+                                       const at::Tensor& cos, const at::Tensor& sin) {
+  if (path_ != DecodePath::kFused) {
+    return AttentionBackend::attend_rotary(layer, query, key, value, cos, sin);
+  }
+  TORCH_CHECK(step_ != nullptr, "CacheBackend: expected begin() before attend_rotary()");
+  const RotaryKV out = rotary_update(cache_, layer, query, key, value, cos, sin, *step_);
+  return attend_views(layer, out.query, out.kv);
+}
+
+// The cache's own entry point picks the fastest exact path (mask-free
+// varlen on CUDA fp16/bf16 full layers, else sdpa with the additive mask);
+// the reference kernel takes the bool mask.
+at::Tensor CacheBackend::attend_views(int64_t layer, const at::Tensor& query, const KV& kv) const {
   if (kernel_ == AttentionKernel::kSdpa) return cache_.attend(layer, query, kv, *step_);
   return run_kernel(kernel_, query, kv.keys, kv.values, step_->mask(layer));
 }

@@ -2,6 +2,7 @@
 
 #include <statickv/checks.hpp>
 #include <statickv/reference/model.hpp>
+#include <statickv/rotary.hpp>
 
 #include <cmath>
 
@@ -9,14 +10,32 @@ namespace statickv::reference {
 
 namespace {
 
-// Hugging Face's rotate_half: (x1, x2) -> (-x2, x1) on the two halves.
-at::Tensor rotate_half(const at::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return at::cat({x.narrow(-1, half, half).neg(), x.narrow(-1, 0, half)}, -1);
-}
-
 at::Tensor project(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {}) {
   return at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
+}
+
+// x += a @ weight^T (+ bias), in place: the residual add folded into the
+// GEMM (beta = 1), so no separate add kernel and no new activation.
+void add_projection(at::Tensor& x, const at::Tensor& a, const at::Tensor& weight,
+                    const at::Tensor& bias) {
+  at::Tensor x2 = x.view({-1, x.size(-1)});
+  x2.addmm_(a.reshape({-1, a.size(-1)}), weight.t());
+  if (bias.defined()) x2.add_(bias);
+}
+
+// Concatenates `parts` along dim 0 and points each map entry at its row
+// view of the result, so the separate tensors are freed (no second copy).
+at::Tensor concat_rows(Weights& weights, const std::vector<std::string>& names) {
+  std::vector<at::Tensor> parts;
+  for (const std::string& name : names) parts.push_back(weights.at(name));
+  const at::Tensor whole = at::cat(parts, 0);
+  int64_t start = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const int64_t rows = parts[i].size(0);
+    weights[names[i]] = whole.narrow(0, start, rows);
+    start += rows;
+  }
+  return whole;
 }
 
 // Inverse frequencies [head_dim / 2] (float32), "default" or "llama3".
@@ -48,10 +67,13 @@ at::Tensor inverse_frequencies(const RopeConfig& rope, int64_t head_dim) {
 
 }  // namespace
 
-LlamaModel::LlamaModel(ModelConfig config, Weights weights)
-    : config_(std::move(config)), weights_(std::move(weights)), device_(at::kCPU) {
+LlamaModel::LlamaModel(ModelConfig config, Weights weights, TpShard tp)
+    : config_(std::move(config)), weights_(std::move(weights)), device_(at::kCPU), tp_(tp) {
   config_.validate();
-  for (const auto& [name, shape] : expected_parameters(config_)) {
+  const TensorParallel where{tp_.comm ? tp_.comm->rank() : 0, tp_.comm ? tp_.comm->world() : 1,
+                             tp_.vocab_parallel};
+  plan_ = plan_tensor_parallel(config_, where);
+  for (const auto& [name, shape] : expected_parameters(config_, plan_)) {
     auto it = weights_.find(name);
     TORCH_CHECK(it != weights_.end(), "weights: expected parameter ", name, " but it is missing");
     TORCH_CHECK(it->second.sizes() == at::IntArrayRef(shape), "weights[", name,
@@ -71,6 +93,14 @@ LlamaModel::LlamaModel(ModelConfig config, Weights weights)
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     using P = LayerParam;
     Layer layer;
+    // Note [fused decode path]: one q/k/v and one gate/up weight per layer;
+    // the plain path's weights are row views of them.
+    auto name = [i](LayerParam p) { return parameter_name(i, p); };
+    layer.qkv = concat_rows(weights_, {name(P::kQProj), name(P::kKProj), name(P::kVProj)});
+    if (config_.attention_bias) {
+      layer.qkv_bias = concat_rows(weights_, {name(P::kQBias), name(P::kKBias), name(P::kVBias)});
+    }
+    layer.gate_up = concat_rows(weights_, {name(P::kGateProj), name(P::kUpProj)});
     layer.input_norm = get(i, P::kInputNorm);
     layer.post_norm = get(i, P::kPostNorm);
     layer.q_proj = get(i, P::kQProj);
@@ -89,14 +119,15 @@ LlamaModel::LlamaModel(ModelConfig config, Weights weights)
     layers_.push_back(std::move(layer));
   }
   final_norm_ = weights_.at(kFinalNorm);
-  lm_head_ = config_.tie_word_embeddings ? embed_ : weights_.at(kLmHead);
+  lm_head_ = config_.tie_word_embeddings ? embed_.narrow(0, plan_.vocab_first, plan_.vocab)
+                                         : weights_.at(kLmHead);
   inv_freq_ = inverse_frequencies(config_.rope, config_.head_dim).to(device_);
 }
 
 CacheConfig LlamaModel::cache_config(int64_t max_batch, int64_t max_len) const {
   CacheConfig c;
   c.num_layers = config_.num_hidden_layers;
-  c.num_kv_heads = config_.num_key_value_heads;
+  c.num_kv_heads = plan_.kv.count;
   c.head_dim = config_.head_dim;
   c.max_batch = max_batch;
   c.max_len = max_len;
@@ -115,6 +146,13 @@ at::Tensor LlamaModel::rms_norm(const at::Tensor& x, const at::Tensor& weight) c
   return weight.mul(h.mul(at::rsqrt(variance.add(config_.rms_norm_eps))).to(x.scalar_type()));
 }
 
+// RMSNorm through at::rms_norm: LibTorch's fused kernel on CUDA
+// (_fused_rms_norm), its composite on the CPU; it applies the weight before
+// the cast back, so in fp16/bf16 it differs from rms_norm() by rounding.
+at::Tensor LlamaModel::fused_rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
+  return at::rms_norm(x, {x.size(-1)}, weight, config_.rms_norm_eps);
+}
+
 // cos/sin [b, 1, q, head_dim] in the model dtype, computed in float32.
 std::pair<at::Tensor, at::Tensor> LlamaModel::rope(const at::Tensor& positions) const {
   const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1).mul(inv_freq_);  // [b, q, D/2]
@@ -130,11 +168,11 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& position
               " (as ids) but got ", positions.sizes());
   detail::check_device("ids", ids, device_, " (the model's)");
   detail::check_device("positions", positions, device_, " (the model's)");
-  const int64_t b = ids.size(0);
-  const int64_t q = ids.size(1);
-  const int64_t heads = config_.num_attention_heads;
-  const int64_t kv_heads = config_.num_key_value_heads;
-  const int64_t d = config_.head_dim;
+  const bool fused = backend.path() == DecodePath::kFused;
+  TORCH_CHECK(!fused || !tp_.comm,
+              "path: expected plain with tensor parallelism (the fused layer folds o_proj and "
+              "down_proj into in-place GEMMs, which do not all-reduce) but got fused");
+  if (tp_.comm && tp_.check_divergence) check_same_step(ids, attend_len, logits);
 
   backend.begin(positions, attend_len);
   // Padded tokens get position 0 for the rotary embedding; their outputs are
@@ -142,29 +180,112 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& position
   const auto [cos, sin] = rope(positions.clamp_min(0));
   at::Tensor x = at::embedding(embed_, ids);  // [b, q, hidden]
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
-    const Layer& layer = layers_[static_cast<size_t>(l)];
-    const at::Tensor h = rms_norm(x, layer.input_norm);
-    at::Tensor query =
-        project(h, layer.q_proj, layer.q_bias).view({b, q, heads, d}).transpose(1, 2);
-    at::Tensor key =
-        project(h, layer.k_proj, layer.k_bias).view({b, q, kv_heads, d}).transpose(1, 2);
-    const at::Tensor value =
-        project(h, layer.v_proj, layer.v_bias).view({b, q, kv_heads, d}).transpose(1, 2);
-    query = query.mul(cos).add(rotate_half(query).mul(sin));
-    key = key.mul(cos).add(rotate_half(key).mul(sin));
-    const at::Tensor attn = backend.attend(l, query, key, value);  // [b, heads, q, d]
-    x = x.add(project(attn.transpose(1, 2).reshape({b, q, heads * d}), layer.o_proj, layer.o_bias));
-    const at::Tensor g = rms_norm(x, layer.post_norm);
-    x = x.add(project(at::silu(project(g, layer.gate_proj)).mul(project(g, layer.up_proj)),
-                      layer.down_proj));
+    if (fused) {
+      fused_layer(l, x, cos, sin, backend);
+    } else {
+      x = plain_layer(l, x, cos, sin, backend);
+    }
   }
+  const int64_t b = ids.size(0);
   if (logits == Logits::kLast) {
     // argmax picks the first of equal maxima: with distinct positions, the
     // row's newest token.
     const at::Tensor last = positions.argmax(1).view({b, 1, 1}).expand({b, 1, x.size(2)});
     x = x.gather(1, last).squeeze(1);  // [b, hidden]
   }
-  return project(rms_norm(x, final_norm_), lm_head_).to(at::kFloat);
+  const at::Tensor normed = fused ? fused_rms_norm(x, final_norm_) : rms_norm(x, final_norm_);
+  return lm_head(normed);
+}
+
+// Self-attention of this rank's heads (all of them in a single process);
+// o_proj is row-parallel, so its bias is added once, after the sum.
+at::Tensor LlamaModel::attention(const Layer& layer, int64_t l, const at::Tensor& h,
+                                 const at::Tensor& cos, const at::Tensor& sin,
+                                 AttentionBackend& backend) const {
+  const int64_t b = h.size(0), q = h.size(1), d = config_.head_dim;
+  const int64_t heads = plan_.q_heads, kv_heads = plan_.kv.count;
+  at::Tensor query = project(h, layer.q_proj, layer.q_bias).view({b, q, heads, d}).transpose(1, 2);
+  at::Tensor key = project(h, layer.k_proj, layer.k_bias).view({b, q, kv_heads, d}).transpose(1, 2);
+  const at::Tensor value =
+      project(h, layer.v_proj, layer.v_bias).view({b, q, kv_heads, d}).transpose(1, 2);
+  const at::Tensor attn = backend.attend(l, apply_rotary(query, cos, sin),
+                                         apply_rotary(key, cos, sin), value);  // [b, heads, q, d]
+  const at::Tensor flat = attn.transpose(1, 2).reshape({b, q, heads * d});
+  if (!tp_.comm) return project(flat, layer.o_proj, layer.o_bias);
+  at::Tensor out = reduce(project(flat, layer.o_proj));
+  return layer.o_bias.defined() ? out.add(layer.o_bias) : out;
+}
+
+// SwiGLU over this rank's columns; down_proj is row-parallel.
+at::Tensor LlamaModel::mlp(const Layer& layer, const at::Tensor& g) const {
+  return reduce(project(at::silu(project(g, layer.gate_proj)).mul(project(g, layer.up_proj)),
+                        layer.down_proj));
+}
+
+// float32 logits over the whole vocabulary on every rank.
+at::Tensor LlamaModel::lm_head(const at::Tensor& x) const {
+  const at::Tensor local = project(x, lm_head_).to(at::kFloat);
+  if (!tp_.comm || !tp_.vocab_parallel) return local;
+  return tp_.comm->all_gather_last(local.contiguous());
+}
+
+at::Tensor LlamaModel::reduce(at::Tensor partial) const {
+  if (!tp_.comm) return partial;
+  partial = partial.contiguous();
+  tp_.comm->all_reduce_sum(partial);
+  return partial;
+}
+
+// One int64 per pass: its number, shape and a checksum of its tokens. A
+// rank that skipped, repeated, reshaped or fed other tokens to a pass
+// differs from the others here, before any collective of the pass could
+// pair mismatched tensors. (Reading the checksum syncs with the device:
+// this is a debug check.)
+void LlamaModel::check_same_step(const at::Tensor& ids, int64_t attend_len, Logits logits) const {
+  const at::Tensor flat = ids.reshape({-1});
+  const int64_t checksum =
+      flat.mul(at::arange(1, flat.numel() + 1, flat.options())).sum().item<int64_t>();
+  uint64_t fingerprint = static_cast<uint64_t>(steps_++);  // unsigned: wraps, never overflows
+  for (int64_t part :
+       {ids.size(0), ids.size(1), attend_len, static_cast<int64_t>(logits), checksum}) {
+    fingerprint = fingerprint * 1000003u + static_cast<uint64_t>(part);
+  }
+  tp_.comm->check_same(
+      "LlamaModel::forward (pass number, batch, query length, attend_len, token checksum)",
+      static_cast<int64_t>(fingerprint));
+}
+
+// One layer as Hugging Face writes it: one op per step of the math (this
+// rank's heads and columns under tensor parallelism).
+at::Tensor LlamaModel::plain_layer(int64_t l, const at::Tensor& x, const at::Tensor& cos,
+                                   const at::Tensor& sin, AttentionBackend& backend) const {
+  const Layer& layer = layers_[static_cast<size_t>(l)];
+  const at::Tensor y = x.add(attention(layer, l, rms_norm(x, layer.input_norm), cos, sin, backend));
+  return y.add(mlp(layer, rms_norm(y, layer.post_norm)));
+}
+
+// Note [fused decode path]: the same layer in fewer kernels. at::rms_norm
+// (one fused kernel on CUDA), one q/k/v GEMM split by views, rotary and the
+// cache write in one kernel (backend.attend_rotary), the residual adds
+// folded into the o_proj and down_proj GEMMs (in place on x), one gate/up
+// GEMM, silu * up with the product in place.
+void LlamaModel::fused_layer(int64_t l, at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                             AttentionBackend& backend) const {
+  const Layer& layer = layers_[static_cast<size_t>(l)];
+  const int64_t b = x.size(0), q = x.size(1), d = config_.head_dim;
+  const int64_t heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads;
+  const at::Tensor qkv = project(fused_rms_norm(x, layer.input_norm), layer.qkv, layer.qkv_bias)
+                             .view({b, q, heads + 2 * kv_heads, d});
+  const at::Tensor query = qkv.narrow(2, 0, heads).transpose(1, 2);
+  const at::Tensor key = qkv.narrow(2, heads, kv_heads).transpose(1, 2);
+  const at::Tensor value = qkv.narrow(2, heads + kv_heads, kv_heads).transpose(1, 2);
+  const at::Tensor attn = backend.attend_rotary(l, query, key, value, cos, sin);
+  add_projection(x, attn.transpose(1, 2).reshape({b, q, heads * d}), layer.o_proj, layer.o_bias);
+  const at::Tensor gate_up = project(fused_rms_norm(x, layer.post_norm), layer.gate_up);
+  const int64_t inter = config_.intermediate_size;
+  const at::Tensor act =
+      at::silu(gate_up.narrow(-1, 0, inter)).mul_(gate_up.narrow(-1, inter, inter));
+  add_projection(x, act, layer.down_proj, at::Tensor());
 }
 
 }  // namespace statickv::reference

@@ -16,6 +16,14 @@ constexpr int64_t kHeads = 4;
 constexpr int64_t kKvHeads = 2;
 constexpr int64_t kDim = 8;
 
+/// Every stored type, plain first: the suites that pin a guarantee for
+/// every storage iterate over these (Catch2's GENERATE(from_range(...))).
+inline const std::vector<KvStorage>& all_storages() {
+  static const std::vector<KvStorage> storages = {KvStorage::kCompute, KvStorage::kInt8,
+                                                  KvStorage::kFp8E4m3};
+  return storages;
+}
+
 /// A CacheConfig built from named fields; the ones not named keep these
 /// defaults: 2 layers, all full, kKvHeads heads of kDim, max_batch 4,
 /// max_len 16, float on the CPU, the default chunk, host-checked positions.
@@ -41,6 +49,7 @@ class ConfigBuilder {
   ConfigBuilder& sliding_window(int64_t n) { return set(c_.sliding_window, n); }
   ConfigBuilder& max_chunk(int64_t n) { return set(c_.max_chunk, n); }
   ConfigBuilder& check_position_values(bool on) { return set(c_.check_position_values, on); }
+  ConfigBuilder& kv_storage(KvStorage s) { return set(c_.kv_storage, s); }
   /// One layer per entry: sets num_layers to types.size() as well.
   ConfigBuilder& layer_types(std::vector<LayerType> types) {
     c_.num_layers = static_cast<int64_t>(types.size());

@@ -40,4 +40,21 @@ inline reference::GenerateResult require_bucketed_equals_plain(const reference::
   return bucketed;
 }
 
+/// Generates ragged_prompts() through the plain and the fused decoder path
+/// (Note [fused decode path]) with `options` otherwise alike, and requires
+/// the same greedy tokens and logits within `tol`.
+inline void require_fused_equals_plain(const reference::LlamaModel& model,
+                                       reference::GenerateOptions options, double tol) {
+  options.record_logits = true;
+  options.path = reference::DecodePath::kPlain;
+  const reference::GenerateResult plain = reference::generate(model, ragged_prompts(), options);
+  options.path = reference::DecodePath::kFused;
+  const reference::GenerateResult fused = reference::generate(model, ragged_prompts(), options);
+  CHECK(fused.tokens == plain.tokens);
+  for (size_t r = 0; r < ragged_prompts().size(); ++r) {
+    INFO("row " << r << " max diff " << max_diff(fused.logits[r], plain.logits[r]));
+    CHECK(close(fused.logits[r], plain.logits[r], tol));
+  }
+}
+
 }  // namespace statickv::test

@@ -14,6 +14,7 @@ namespace statickv::test {
 /// True when two tensors hold the same bytes in the same shape: NaN payloads
 /// and the sign of zero count, unlike at::equal.
 inline bool bit_identical(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
   if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes() || a.device() != b.device()) {
     return false;
   }
@@ -23,16 +24,19 @@ inline bool bit_identical(const at::Tensor& a, const at::Tensor& b) {
 }
 
 /// Everything a cache stores that a user can see, cloned: every layer's
-/// keys and values (scratch slot included) and slot positions, and
-/// seq_lengths.
+/// keys and values (scratch slot included), their scales (quantized
+/// storage; undefined for plain) and slot positions, and seq_lengths.
 struct Snapshot {
-  std::vector<at::Tensor> keys, values, slot_positions;
+  std::vector<at::Tensor> keys, values, key_scales, value_scales, slot_positions;
   at::Tensor seq_lengths;
 
   explicit Snapshot(const Cache& cache) {
+    const bool quantized = !cache.config().plain_storage();
     for (int64_t l = 0; l < cache.num_layers(); ++l) {
       keys.push_back(cache.keys(l).clone());
       values.push_back(cache.values(l).clone());
+      key_scales.push_back(quantized ? cache.key_scales(l).clone() : at::Tensor());
+      value_scales.push_back(quantized ? cache.value_scales(l).clone() : at::Tensor());
       slot_positions.push_back(cache.slot_positions(l).clone());
     }
     seq_lengths = cache.seq_lengths().clone();
@@ -41,6 +45,8 @@ struct Snapshot {
   /// Every buffer and all bookkeeping bit-identical.
   bool operator==(const Snapshot& other) const {
     return all_identical(keys, other.keys) && all_identical(values, other.values) &&
+           all_identical(key_scales, other.key_scales) &&
+           all_identical(value_scales, other.value_scales) &&
            all_identical(slot_positions, other.slot_positions) &&
            bit_identical(seq_lengths, other.seq_lengths);
   }
@@ -59,13 +65,22 @@ struct Snapshot {
   }
 };
 
-/// Data pointers of every buffer a cache owns that a user can see.
+/// Data pointers of every buffer a cache owns that a user can see: with
+/// quantized storage the scales and the staging buffer too.
 inline std::vector<const void*> addresses(const Cache& cache) {
   std::vector<const void*> out;
+  const bool quantized = !cache.config().plain_storage();
   for (int64_t l = 0; l < cache.num_layers(); ++l) {
     out.push_back(cache.keys(l).data_ptr());
     out.push_back(cache.values(l).data_ptr());
     out.push_back(cache.slot_positions(l).data_ptr());
+    if (!quantized) continue;
+    out.push_back(cache.key_scales(l).data_ptr());
+    out.push_back(cache.value_scales(l).data_ptr());
+  }
+  if (quantized) {
+    out.push_back(cache.staging().keys().data_ptr());
+    out.push_back(cache.staging().values().data_ptr());
   }
   out.push_back(cache.seq_lengths().data_ptr());
   return out;

@@ -19,6 +19,8 @@
 // The statickv library never includes this; the CMake target statickv_apps
 // (apps/CMakeLists.txt) carries it to the programs.
 
+#include <statickv/config.hpp>
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
@@ -161,6 +163,15 @@ inline at::ScalarType parse_dtype(const std::string& text, const at::Device& dev
   throw FlagError(flag + ": expected fp32, fp16 or bf16 but got '" + text + "'");
 }
 
+/// --kv-dtype (Flags::add_kv_dtype): "" and "compute" store the compute
+/// dtype; "int8" and "fp8" are the quantized storages (Note [quantized
+/// storage], docs/design.md).
+inline KvStorage parse_kv_storage(const std::string& kv_dtype) {
+  if (kv_dtype == "int8") return KvStorage::kInt8;
+  if (kv_dtype == "fp8") return KvStorage::kFp8E4m3;
+  return KvStorage::kCompute;
+}
+
 /// "fp32", "fp16", "bf16" (else LibTorch's name).
 inline std::string dtype_name(at::ScalarType dtype) {
   switch (dtype) {
@@ -253,6 +264,13 @@ class Flags {
   void add_dtype(std::string* target, at::ScalarType on_cuda) {
     add_choice("--dtype T", target, {"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"},
                "fp32, fp16 or bf16 (default fp32 on cpu, " + dtype_name(on_cuda) + " on cuda)");
+  }
+  /// --kv-dtype: the cache's stored type, parsed by parse_kv_storage.
+  void add_kv_dtype(std::string* target) {
+    add_choice("--kv-dtype T", target, {"compute", "int8", "fp8"},
+               "stored type of the KV cache: compute (the --dtype, default), int8 or fp8 (e4m3), "
+               "one scale per token and kv head; the views are dequantized into one staging "
+               "buffer");
   }
   /// A file the program will write (--json FILE): one whose folder does not
   /// exist is refused when parsing, not after the run.

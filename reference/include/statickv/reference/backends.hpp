@@ -10,14 +10,28 @@
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace statickv::reference {
+
+/// How the decoder runs a layer (Note [fused decode path], docs/design.md).
+enum class DecodePath {
+  kPlain,  ///< one op per step of the math, as Hugging Face writes it
+  kFused,  ///< fused RMSNorm, one q/k/v GEMM, one gate/up GEMM, residuals
+           ///< folded into the output GEMMs, rotary + cache write in one kernel
+};
+
+const char* to_string(DecodePath path);
+/// "plain" or "fused"; throws c10::Error naming `flag` otherwise.
+DecodePath parse_decode_path(const std::string& name, const char* flag = "path");
 
 /// Where a forward pass keeps and reads keys and values.
 class AttentionBackend {
  public:
   virtual ~AttentionBackend() = default;
+  /// The path LlamaModel::forward takes with this backend.
+  virtual DecodePath path() const { return DecodePath::kPlain; }
   /// Starts a forward pass over positions [b, q] (negative = padding) of
   /// rows 0..b-1. `attend_len`: one past the highest position any row may
   /// attend to in this pass (a hint; backends may ignore it).
@@ -26,6 +40,12 @@ class AttentionBackend {
   /// [b, heads, q, head_dim] for queries [b, heads, q, head_dim].
   virtual at::Tensor attend(int64_t layer, const at::Tensor& query, const at::Tensor& key,
                             const at::Tensor& value) = 0;
+  /// attend() of queries and keys not yet rotated: rotates them by cos/sin
+  /// ([b, 1, q, head_dim], apply_rotary()) first. The fused path calls it;
+  /// a backend may fuse the rotation into its cache write.
+  virtual at::Tensor attend_rotary(int64_t layer, const at::Tensor& query, const at::Tensor& key,
+                                   const at::Tensor& value, const at::Tensor& cos,
+                                   const at::Tensor& sin);
 };
 
 /// Which attention kernel a backend uses.
@@ -35,17 +55,27 @@ enum class AttentionKernel { kSdpa, kReference };
 void check_tokens(const char* name, const at::Tensor& t);
 
 /// Attention through a StaticCache or HybridCache: one prepare() per pass.
+/// With DecodePath::kFused, attend_rotary() writes through rotary_update()
+/// (one kernel for the rotation and the cache write); the constructor
+/// refuses a cache that path cannot serve (detail::check_rotary_config).
 class CacheBackend final : public AttentionBackend {
  public:
-  CacheBackend(Cache& cache, AttentionKernel kernel = AttentionKernel::kSdpa)
-      : cache_(cache), kernel_(kernel) {}
+  CacheBackend(Cache& cache, AttentionKernel kernel = AttentionKernel::kSdpa,
+               DecodePath path = DecodePath::kPlain);
+  DecodePath path() const override { return path_; }
   void begin(const at::Tensor& positions, int64_t attend_len) override;
   at::Tensor attend(int64_t layer, const at::Tensor& query, const at::Tensor& key,
                     const at::Tensor& value) override;
+  at::Tensor attend_rotary(int64_t layer, const at::Tensor& query, const at::Tensor& key,
+                           const at::Tensor& value, const at::Tensor& cos,
+                           const at::Tensor& sin) override;
 
  private:
+  at::Tensor attend_views(int64_t layer, const at::Tensor& query, const KV& kv) const;
+
   Cache& cache_;
   AttentionKernel kernel_;
+  DecodePath path_;
   std::unique_ptr<StepPlan> step_;
 };
 

@@ -9,6 +9,7 @@
 // bad JSON) are c10::Error naming the file and, where there is one, the tensor.
 
 #include <statickv/reference/model_config.hpp>
+#include <statickv/reference/tensor_parallel.hpp>
 
 #include <ATen/ATen.h>
 
@@ -84,8 +85,13 @@ struct Checkpoint {
   ModelConfig config;
   Weights weights;
 };
+/// With `tp.world > 1` only this rank's slices (shard_slices) are read and
+/// converted: every parameter is still checked at its full shape, then cut
+/// (a view of the memory map; a copy only where dtype, device or a column
+/// slice need one), so the pages of other ranks' rows are never touched.
 struct LoadOptions {
   bool allow_unused_tensors = false;
+  TensorParallel tp;
 };
 Checkpoint load_checkpoint(const std::string& dir, at::ScalarType dtype, at::Device device,
                            const LoadOptions& options = {});

@@ -40,12 +40,18 @@ struct GenerateOptions {
   int64_t max_new_tokens = 16;
   CacheKind cache = CacheKind::kHybrid;
   AttentionKernel kernel = AttentionKernel::kSdpa;
+  /// Static/hybrid caches: the decoder's plain or fused layer (Note [fused
+  /// decode path]); the dynamic cache takes only the plain one.
+  DecodePath path = DecodePath::kPlain;
   double temperature = 0.0;  ///< 0 = greedy
   int64_t top_k = 0;         ///< 0 = no top-k filter (sampling only)
   uint64_t seed = 0;
   bool stop_at_eos = true;  ///< a row stops after emitting an EOS id
   bool record_logits = false;
   int64_t prefill_chunk = 0;  ///< 0 = as large as the cache allows
+  /// Static/hybrid caches: the stored type (CacheConfig::kv_storage). A
+  /// quantized cache refuses save_prompt and generate_with_prompt_cache.
+  KvStorage kv_storage = KvStorage::kCompute;
   /// Static/hybrid caches: run prefill and decode through a GraphRunner
   /// (batch buckets, prompt-length buckets, attended-length buckets). It
   /// replays CUDA graphs on a GPU and runs the same padded steps eagerly on
@@ -85,6 +91,7 @@ struct GenerateResult {
   double decode_seconds = 0;       ///< every later token
   int64_t decode_steps = 0;
   int64_t cache_bytes = 0;       ///< static/hybrid: allocated; dynamic: held at the end
+  int64_t staging_bytes = 0;     ///< quantized storage: the staging buffer (part of cache_bytes)
   int64_t restored_tokens = 0;   ///< generate_with_prompt_cache: prompt tokens restored
   int64_t prefilled_tokens = 0;  ///< prompt tokens prefilled (all of them without a cache file)
   double restore_seconds = 0;  ///< generate_with_prompt_cache: restoring the row (file read apart)

@@ -12,6 +12,7 @@
 #include <statickv/reference/backends.hpp>
 #include <statickv/reference/checkpoint.hpp>
 #include <statickv/reference/model_config.hpp>
+#include <statickv/reference/tensor_parallel.hpp>
 
 #include <ATen/ATen.h>
 
@@ -26,13 +27,30 @@ enum class Logits {
   kLast,  ///< each row's token at its highest position: [b, vocab]
 };
 
+/// A model that is one rank of a tensor-parallel group (docs/tensor_parallel.md).
+struct TpShard {
+  std::shared_ptr<Communicator> comm;  ///< null: a single process
+  bool vocab_parallel = false;         ///< TensorParallel::vocab_parallel
+  /// Compare a fingerprint of every forward pass across ranks (Note [ranks
+  /// issue identical steps], docs/design.md): one small all-reduce per pass.
+#ifdef NDEBUG
+  bool check_divergence = false;
+#else
+  bool check_divergence = true;
+#endif
+};
+
 class LlamaModel {
  public:
   /// Checks every expected parameter is present with its shape and dtype.
-  LlamaModel(ModelConfig config, Weights weights);
+  /// With `tp.comm`, `weights` are this rank's slices (shard_slices of
+  /// plan_tensor_parallel(config, {comm->rank(), comm->world(),
+  /// vocab_parallel}); load_checkpoint reads them with LoadOptions::tp).
+  LlamaModel(ModelConfig config, Weights weights, TpShard tp = {});
 
   /// Logits (float32) for token ids [b, q] at positions [b, q] (negative =
-  /// padding). attend_len: passed to the backend (-1 = all).
+  /// padding). attend_len: passed to the backend (-1 = all). The backend's
+  /// path() picks the plain or the fused layer (Note [fused decode path]).
   /// Logits::kAll gives [b, q, vocab]. Logits::kLast gives [b, vocab] for
   /// the token of each row at its highest position (the prompt's last token
   /// in a prefill pass; a row of padding only gets meaningless values): the
@@ -44,8 +62,11 @@ class LlamaModel {
   const ModelConfig& config() const { return config_; }
   at::ScalarType dtype() const { return dtype_; }
   at::Device device() const { return device_; }
-  /// The cache geometry this model needs (layer types, heads, dims).
+  /// The cache geometry this model needs (layer types, heads, dims): with
+  /// tensor parallelism, this rank's kv heads only (shard_cache_config).
   CacheConfig cache_config(int64_t max_batch, int64_t max_len) const;
+  /// This rank's plan (rank 0 of 1 in a single process).
+  const TpPlan& tp_plan() const { return plan_; }
 
  private:
   struct Layer {
@@ -53,9 +74,24 @@ class LlamaModel {
     at::Tensor q_proj, k_proj, v_proj, o_proj;  // [out, in]
     at::Tensor q_bias, k_bias, v_bias, o_bias;  // [out] or undefined
     at::Tensor gate_proj, up_proj, down_proj;
+    // Note [fused decode path]: the weights above are row views of these.
+    at::Tensor qkv, qkv_bias;  // [(heads + 2 kv_heads) * head_dim, in]; bias or undefined
+    at::Tensor gate_up;        // [2 * intermediate, in]
   };
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
+  at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
+  at::Tensor plain_layer(int64_t l, const at::Tensor& x, const at::Tensor& cos,
+                         const at::Tensor& sin, AttentionBackend& backend) const;
+  void fused_layer(int64_t l, at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                   AttentionBackend& backend) const;
   std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& positions) const;
+  at::Tensor attention(const Layer& layer, int64_t l, const at::Tensor& h, const at::Tensor& cos,
+                       const at::Tensor& sin, AttentionBackend& backend) const;
+  at::Tensor mlp(const Layer& layer, const at::Tensor& g) const;
+  at::Tensor lm_head(const at::Tensor& x) const;
+  /// Sums a row-parallel projection's partial outputs over the ranks.
+  at::Tensor reduce(at::Tensor partial) const;
+  void check_same_step(const at::Tensor& ids, int64_t attend_len, Logits logits) const;
 
   ModelConfig config_;
   Weights weights_;  // owns the tensors referenced below
@@ -64,6 +100,9 @@ class LlamaModel {
   at::Tensor inv_freq_;  // [head_dim / 2], float32
   at::ScalarType dtype_;
   at::Device device_;
+  TpShard tp_;
+  TpPlan plan_;
+  mutable int64_t steps_ = 0;  // forward passes, for the divergence check
 };
 
 }  // namespace statickv::reference

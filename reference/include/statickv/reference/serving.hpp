@@ -89,6 +89,8 @@ struct SchedulerOptions {
   /// prefill_chunk: every decode row plus one full chunk). >= max_batch.
   int64_t token_budget = 0;
   AttentionKernel kernel = AttentionKernel::kSdpa;
+  /// The cache's stored type (CacheConfig::kv_storage).
+  KvStorage kv_storage = KvStorage::kCompute;
   /// Steps through a GraphRunner (CUDA graphs on a GPU); false: eager steps
   /// at the exact shapes.
   bool bucketed = true;
