@@ -29,10 +29,10 @@ namespace {
 constexpr int64_t kMaxLen = 64;
 constexpr int64_t kEos = 7;  // the test model's eos id
 
-LlamaModel tiny_model(const std::string& shape) {
+LlamaModel tiny_model(const std::string& shape, uint64_t seed = 3) {
   ModelConfig config = named_config(shape);
   config.eos_token_ids = {kEos};
-  return LlamaModel(config, random_weights(config, /*seed=*/3, at::kFloat, at::kCPU));
+  return LlamaModel(config, random_weights(config, seed, at::kFloat, at::kCPU));
 }
 
 /// Top-1 minus top-2 logit of a [vocab] row: how far a greedy pick is from
@@ -267,12 +267,19 @@ double require_each_equals_alone(const LlamaModel& model, CacheKind cache, const
   return smallest;
 }
 
+/// Who drafts under speculation: prompt lookup, the target itself (every
+/// draft it agrees with), or an unrelated model (a sliding-window one with
+/// other weights: most drafts rejected).
+enum class Drafter { kLookup, kTarget, kUnrelated };
+
 void require_trace_equals_alone(const std::string& shape, CacheKind cache, uint64_t seed,
-                                bool bucketed = true, int64_t speculate = 0) {
+                                bool bucketed = true, int64_t speculate = 0,
+                                Drafter drafter = Drafter::kLookup) {
   // One intra-op thread: a model this small gains nothing from two, and
   // LibTorch's spinning workers slow a shared 2-core machine 10x or more.
   at::set_num_threads(1);
   const LlamaModel model = tiny_model(shape);
+  const LlamaModel unrelated = tiny_model("tiny-mistral", 9);
   SchedulerOptions options;
   options.cache = cache;
   options.max_batch = 6;  // batch buckets 1, 2, 4, 6
@@ -281,6 +288,9 @@ void require_trace_equals_alone(const std::string& shape, CacheKind cache, uint6
   options.token_budget = 12;
   options.bucketed = bucketed;
   options.speculate = speculate;
+  if (drafter != Drafter::kLookup) {
+    options.draft_model = drafter == Drafter::kTarget ? &model : &unrelated;
+  }
   Scheduler engine(model, options);
   engine.warm_up();
   const RunnerStats warm = engine.stats().runner;
@@ -322,9 +332,18 @@ void require_trace_equals_alone(const std::string& shape, CacheKind cache, uint6
   CHECK(stats.padded_fraction() < 1.0);
 
   if (speculate > 0) {
-    CHECK(stats.speculation.verify_steps > 0);
-    CHECK(stats.speculation.accepted > 0);  // prompt lookup kept some drafts
-    CHECK(stats.speculation.accepted <= stats.speculation.drafted);
+    const SpeculationStats& spec = stats.speculation;
+    INFO("acceptance rate " << spec.acceptance_rate() << " (" << spec.accepted << " of "
+                            << spec.drafted << " drafts)");
+    CHECK(spec.verify_steps > 0);
+    CHECK(spec.drafted > 0);
+    CHECK(spec.accepted <= spec.drafted);
+    if (drafter == Drafter::kLookup) CHECK(spec.accepted > 0);  // prompt lookup kept some drafts
+    if (drafter == Drafter::kUnrelated) CHECK(spec.acceptance_rate() < 0.5);
+    // The target drafting for itself: its draft cache mirrored every row
+    // move, or its drafts would be wrong. Sampled drafts compare p with q
+    // from calls of other shapes (last-bit differences): nearly all kept.
+    if (drafter == Drafter::kTarget) CHECK(spec.acceptance_rate() > 0.95);
   }
   const double smallest = require_each_equals_alone(model, cache, run, speculate == 0);
   // The seeds are chosen so that no greedy pick alone is a near tie: a
@@ -369,5 +388,43 @@ TEST_CASE(
     const LlamaModel model = tiny_model("tiny");
     statickv::test::require_error([&] { Scheduler engine(model, options); },
                                   {"speculate + 1 = 5", "max_chunk=4", "prefill_chunk=4"});
+  }
+}
+
+TEST_CASE(
+    "with a draft model whose cache rows mirror the target's, each greedy request still gets "
+    "what generating it alone gives",
+    "[serving][speculative][draft]") {
+  // 3 draft-model steps per decoding row, one verification call of 4 tokens;
+  // admissions, moves, resets and rollbacks apply to both caches.
+  SECTION("static cache, the target as its own draft") {
+    require_trace_equals_alone("tiny", CacheKind::kStatic, 5, true, 3, Drafter::kTarget);
+  }
+  SECTION("hybrid cache, the target as its own draft") {
+    require_trace_equals_alone("tiny-qwen2", CacheKind::kHybrid, 7, true, 3, Drafter::kTarget);
+  }
+  SECTION("static cache, an unrelated draft model") {
+    require_trace_equals_alone("tiny", CacheKind::kStatic, 5, true, 3, Drafter::kUnrelated);
+  }
+  SECTION("hybrid cache, an unrelated draft model") {
+    require_trace_equals_alone("tiny-qwen2", CacheKind::kHybrid, 7, true, 3, Drafter::kUnrelated);
+  }
+  SECTION("static cache, eager steps, the target as its own draft") {
+    require_trace_equals_alone("tiny", CacheKind::kStatic, 5, false, 3, Drafter::kTarget);
+  }
+  SECTION("a draft model needs speculate >= 1 and the target's vocabulary") {
+    SchedulerOptions options;
+    options.max_len = kMaxLen;
+    const LlamaModel model = tiny_model("tiny");
+    options.draft_model = &model;
+    statickv::test::require_error([&] { Scheduler engine(model, options); },
+                                  {"draft_model", "speculate >= 1", "speculate=0"});
+    ModelConfig other = named_config("tiny");
+    other.vocab_size += 1;
+    const LlamaModel wider(other, random_weights(other, 4, at::kFloat, at::kCPU));
+    options.speculate = 2;
+    options.draft_model = &wider;
+    statickv::test::require_error([&] { Scheduler engine(model, options); },
+                                  {"draft_model", "vocab_size=", "(the target's)"});
   }
 }

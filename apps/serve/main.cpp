@@ -78,14 +78,6 @@ Options parse(int argc, char** argv) {
   flags.parse(argc, argv);
   apps::check_speculation_flags(o.spec, o.cache);
   apps::check_tp_with_speculation(o.tp, o.spec);
-  if (o.spec.draft_model()) {
-    // The Scheduler's rows move (copy_row, reorder); a draft cache would
-    // have to follow every move. Generator (statickv-demo) has draft models.
-    throw FlagError(
-        std::string(o.spec.draft_shape.empty() ? "--draft-checkpoint" : "--draft-shape") +
-        ": expected prompt-lookup drafting in statickv-serve (--speculate N alone); "
-        "draft models are statickv-demo's");
-  }
   if (!o.checkpoint.empty() && flags.given("--shape")) {
     throw FlagError("--shape: expected no --shape with --checkpoint (the checkpoint has its own)");
   }
@@ -174,7 +166,7 @@ void print_cache_bytes(const Cache& cache) {
   }
 }
 
-void report(const Scheduler& engine) {
+void report(const Scheduler& engine, const Options& o) {
   const EngineStats s = engine.stats();
   print_cache_bytes(engine.cache());
   std::fprintf(stderr,
@@ -190,9 +182,10 @@ void report(const Scheduler& engine) {
   if (engine.options().speculate == 0) return;
   const SpeculationStats& spec = s.speculation;
   std::fprintf(stderr,
-               "statickv-serve: speculation: %lld drafts per step by prompt lookup; acceptance "
-               "rate %.1f%% (%lld of %lld drafts) over %lld verification steps\n",
-               static_cast<long long>(engine.options().speculate), 100.0 * spec.acceptance_rate(),
+               "statickv-serve: speculation: %lld drafts per step by %s; acceptance rate %.1f%% "
+               "(%lld of %lld drafts) over %lld verification steps\n",
+               static_cast<long long>(engine.options().speculate),
+               apps::drafting_name(o.spec).c_str(), 100.0 * spec.acceptance_rate(),
                static_cast<long long>(spec.accepted), static_cast<long long>(spec.drafted),
                static_cast<long long>(spec.verify_steps));
 }
@@ -210,7 +203,19 @@ int main(int argc, char** argv) try {
   const at::ScalarType dtype = apps::parse_dtype(o.dtype, role.device, at::kBFloat16);
   serve::TextCodec codec = text_codec(o);
   const std::unique_ptr<LlamaModel> model = load_model(o, role, dtype);
-  Scheduler engine(*model, scheduler_options(o, model->config()));
+  // The draft model drafts on its own cache, whose rows mirror the target's
+  // (speculation is refused with --tp, so role.device is the one device).
+  const std::unique_ptr<LlamaModel> draft =
+      apps::load_draft_model(o.spec, dtype, role.device, static_cast<uint64_t>(o.seed));
+  if (draft && draft->config().vocab_size != model->config().vocab_size) {
+    throw FlagError(
+        fmt::format("{}: expected a draft model with the target's vocab_size={} but got {}",
+                    o.spec.draft_shape.empty() ? "--draft-checkpoint" : "--draft-shape",
+                    model->config().vocab_size, draft->config().vocab_size));
+  }
+  SchedulerOptions options = scheduler_options(o, model->config());
+  options.draft_model = draft.get();
+  Scheduler engine(*model, options);
   engine.warm_up();  // after this no arrival pattern captures again
   serve::LineReader reader(std::cin);
   auto local = std::make_unique<serve::LocalInput>(reader);
@@ -223,7 +228,7 @@ int main(int argc, char** argv) try {
   }
   serve::Server server(engine, std::move(codec), std::cout);
   server.run(*input);
-  if (role.tp.rank == 0) report(engine);
+  if (role.tp.rank == 0) report(engine, o);
   return 0;
 } catch (...) {
   return apps::fail("statickv-serve");

@@ -159,8 +159,10 @@ CASES = [
      ["--speculate: expected N + 1 <= 8", "--prefill-chunk", "got --speculate 8"]),
     ("statickv-demo", ["--draft-shape", "llama-9"], ["--draft-shape: expected tiny,"]),
     # statickv-serve
-    ("statickv-serve", ["--speculate", "2", "--draft-shape", "tiny"],
-     ["--draft-shape: expected prompt-lookup drafting in statickv-serve"]),
+    ("statickv-serve", ["--speculate", "2", "--draft-shape", "llama-9"],
+     ["--draft-shape: expected tiny,"]),
+    ("statickv-serve", ["--speculate", "2", "--draft-shape", "smollm2-135m"],
+     ["--draft-shape: expected a draft model with the target's vocab_size=128", "got 49152"]),
     ("statickv-serve", ["--draft-checkpoint", "d"],
      ["--draft-checkpoint: expected --speculate N >= 1", "got --speculate 0"]),
     ("statickv-serve", ["--speculate", "8", "--prefill-chunk", "4"],

@@ -7,6 +7,8 @@ usage: check_serve.py STATICKV_SERVE STATICKV_DEMO [--eager]   (--eager: statick
   same random-weight model; the demo runs them as one ragged batch);
 - every refused line gets an "error" reply naming the field, with its id
   when it could be read, and the requests around it are served as usual;
+- with --speculate 3 and a draft model (the target itself, or tiny-mistral)
+  greedy tokens are unchanged and the acceptance rate is reported;
 - a stop token ends a request and is kept; a request due later (arrival_s)
   and a waiting or running one can be cancelled; seeded sampling is reproducible.
 """
@@ -123,6 +125,22 @@ def main():
     long = by_id.get('"long"', [{}])[0]
     check(long.get("finish") == "cancelled" and len(long.get("tokens", [0] * 250)) < 250,
           f"a waiting or running request is cancelled ({len(long.get('tokens', []))} tokens)")
+    # Speculation with a draft model on its own cache (rows mirroring the
+    # target's): greedy tokens unchanged. --draft-shape tiny with the same
+    # seed is the target itself, so every draft is accepted.
+    mode = ["--eager"] if "--eager" in sys.argv else []
+    good = [json.dumps({"id": i, "prompt": p, "max_new_tokens": NEW})
+            for i, p in enumerate(PROMPTS)]
+    for shape, rate in (("tiny", "acceptance rate 100.0%"), ("tiny-mistral", "acceptance rate")):
+        run = subprocess.run([exe, "--shape", "tiny", "--max-batch", "4", "--max-len", "256",
+                              "--threads", "1", "--speculate", "3", "--draft-shape", shape, *mode],
+                             input="\n".join(good) + "\n", capture_output=True, text=True,
+                             timeout=300)
+        got = {r["id"]: r.get("tokens") for r in map(json.loads, run.stdout.splitlines())}
+        check(run.returncode == 0 and all(got.get(i) == expected[i] for i in range(len(PROMPTS))),
+              f"--draft-shape {shape} --speculate 3: tokens equal statickv-demo's")
+        check(f"by draft model {shape} (random weights); {rate}" in run.stderr,
+              f"--draft-shape {shape}: the acceptance rate is reported ({rate})")
     print(f"\n{len(failures)} failures")
     return 1 if failures else 0
 

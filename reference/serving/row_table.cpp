@@ -14,21 +14,28 @@ at::Tensor row_index(std::vector<int64_t> rows) {
 
 }  // namespace
 
+void RowTable::copy_row(size_t from, size_t to) {
+  for (Cache* c : caches_) c->copy_row(static_cast<int64_t>(from), static_cast<int64_t>(to));
+  ++copies_;
+}
+
+void RowTable::reset_row(size_t r) {
+  for (Cache* c : caches_) c->reset_rows(row_index({static_cast<int64_t>(r)}));
+}
+
 void RowTable::move_row(size_t from, size_t to) {
   if (from == to) return;
-  cache_.copy_row(static_cast<int64_t>(from), static_cast<int64_t>(to));
+  copy_row(from, to);
   rows_[to] = std::move(rows_[from]);
-  ++copies_;
 }
 
 void RowTable::admit(Active request) {
   const size_t live = rows_.size();
   if (prefilling_ < live) {
     // The first decoding row moves to the fresh row past the live prefix.
-    cache_.copy_row(static_cast<int64_t>(prefilling_), static_cast<int64_t>(live));
-    ++copies_;
+    copy_row(prefilling_, live);
     rows_.push_back(std::move(rows_[prefilling_]));
-    cache_.reset_rows(row_index({static_cast<int64_t>(prefilling_)}));
+    reset_row(prefilling_);
     rows_[prefilling_] = std::move(request);
   } else {
     rows_.push_back(std::move(request));  // the row past the live prefix: fresh
@@ -50,7 +57,8 @@ void RowTable::regroup() {
   for (size_t i = 0; i < order.size(); ++i)
     identity = identity && order[i] == static_cast<int64_t>(i);
   if (!identity) {
-    cache_.reorder(row_index(order));  // row i becomes old row order[i], i < prefilling
+    const at::Tensor index = row_index(order);
+    for (Cache* c : caches_) c->reorder(index);  // row i becomes old row order[i], i < prefilling
     copies_ += static_cast<int64_t>(order.size());
     std::vector<Active> moved;
     for (int64_t r : order) moved.push_back(std::move(rows_[static_cast<size_t>(r)]));
@@ -68,7 +76,7 @@ Completion RowTable::retire(size_t r, Finish finish) {
   }
   const size_t last = rows_.size() - 1;
   move_row(last, hole);
-  cache_.reset_rows(row_index({static_cast<int64_t>(last)}));
+  reset_row(last);
   rows_.pop_back();
   return done;
 }

@@ -5,6 +5,8 @@
 // token in another, picks the next token of every row that finished its
 // prompt or decoded, moves rows whose prompt is complete into the decode
 // region and retires finished rows by moving the last row into each hole.
+// Under speculation the decode call verifies each row's drafts; a draft
+// model's cache follows every row operation (RowTable) and prefill call.
 
 #include "state.hpp"
 
@@ -27,7 +29,9 @@ struct Scheduler::State {
   std::unique_ptr<CacheBackend> backend;
   std::unique_ptr<GraphRunner> runner;
   std::unique_ptr<GraphRunner>
-      verify_runner;                // speculation: q = speculate + 1, every token's logits
+      verify_runner;                   // speculation: q = speculate + 1, every token's logits
+  std::unique_ptr<Cache> draft_cache;  // draft-model drafting: rows mirror the target's
+  std::unique_ptr<CacheBackend> draft_backend;
   std::unique_ptr<RowTable> table;  // rows()[r] lives in cache row r
   std::deque<Active> waiting;
   std::vector<Completion> finished;
@@ -35,6 +39,20 @@ struct Scheduler::State {
 };
 
 namespace {
+
+/// A draft model drafts for speculation, with the target's vocabulary on
+/// the target's device.
+void check_draft_model(const LlamaModel& model, const SchedulerOptions& o) {
+  if (!o.draft_model) return;
+  TORCH_CHECK(o.speculate > 0,
+              "draft_model: expected speculate >= 1 with a draft model but got speculate=0");
+  const ModelConfig& draft = o.draft_model->config();
+  TORCH_CHECK(draft.vocab_size == model.config().vocab_size,
+              "draft_model: expected vocab_size=", model.config().vocab_size,
+              " (the target's) but got ", draft.vocab_size);
+  TORCH_CHECK(o.draft_model->device() == model.device(), "draft_model: expected device ",
+              model.device(), " (the target's) but got ", o.draft_model->device());
+}
 
 /// Resolves the options' defaults and checks them against the model.
 SchedulerOptions resolved(const LlamaModel& model, SchedulerOptions o) {
@@ -59,6 +77,7 @@ SchedulerOptions resolved(const LlamaModel& model, SchedulerOptions o) {
               o.max_len, " (max_len) but got ", o.attend_buckets->max());
   TORCH_CHECK(o.speculate >= 0, "speculate: expected >= 0 (0 = off) but got ", o.speculate);
   TORCH_CHECK(o.lookup_ngram >= 1, "lookup_ngram: expected >= 1 but got ", o.lookup_ngram);
+  check_draft_model(model, o);
   if (o.token_budget == 0) o.token_budget = o.max_batch - 1 + chunk;
   TORCH_CHECK(o.token_budget >= o.max_batch, "token_budget: expected >= max_batch=", o.max_batch,
               " (every decode row and one prompt token) or 0 but got ", o.token_budget);
@@ -68,8 +87,8 @@ SchedulerOptions resolved(const LlamaModel& model, SchedulerOptions o) {
 }  // namespace
 
 Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions options)
-    : state_(
-          new State{model, resolved(model, std::move(options)), {}, {}, {}, {}, {}, {}, {}, {}}) {
+    : state_(new State{
+          model, resolved(model, std::move(options)), {}, {}, {}, {}, {}, {}, {}, {}, {}, {}}) {
   c10::InferenceMode inference;
   State& s = *state_;
   const SchedulerOptions& o = s.options;
@@ -92,7 +111,15 @@ Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions options)
     s.cache = std::make_unique<HybridCache>(config);
   }
   s.backend = std::make_unique<CacheBackend>(*s.cache, o.kernel);
-  s.table = std::make_unique<RowTable>(*s.cache);
+  if (o.draft_model) {
+    // Any layer types; the target's max_chunk, so the draft's rings take a
+    // prefill chunk and roll back exactly (Note [ring rollback]).
+    CacheConfig dc = o.draft_model->cache_config(o.max_batch, o.max_len);
+    dc.max_chunk = config.max_chunk;
+    s.draft_cache = std::make_unique<HybridCache>(dc);
+    s.draft_backend = std::make_unique<CacheBackend>(*s.draft_cache, o.kernel);
+  }
+  s.table = std::make_unique<RowTable>(*s.cache, s.draft_cache.get());
   s.stats.max_batch = o.max_batch;
   if (!o.bucketed) return;
   GraphRunner::Options ro;
@@ -210,6 +237,7 @@ struct DecodeCall {
   at::Tensor logits;                         // [b, vocab], or [b, k + 1, vocab]
   at::Tensor greedy;                         // argmax ids (host): [b], or [b, k + 1]
   std::vector<std::vector<int64_t>> drafts;  // per row, speculation only
+  std::vector<at::Tensor> q;                 // per row, a sampled row's draft-model q
 };
 
 /// Emits a speculating row's verdict until the row is done; returns the
@@ -218,7 +246,8 @@ int64_t accept_verdict(Active& row, const DecodeCall& call, int64_t i, ServeCloc
                        SpeculationStats& stats) {
   const std::vector<int64_t>& drafts = call.drafts[static_cast<size_t>(i)];
   const int64_t kept = row.prompt_len() + static_cast<int64_t>(row.tokens.size()) - 1;
-  const Verdict v = serving_detail::judge(row, call.logits[i], call.greedy[i], drafts);
+  const at::Tensor q = call.q.empty() ? at::Tensor() : call.q[static_cast<size_t>(i)];
+  const Verdict v = serving_detail::judge(row, call.logits[i], call.greedy[i], drafts, q);
   stats.drafted += static_cast<int64_t>(drafts.size());
   stats.accepted += v.accepted;
   for (size_t t = 0; t < v.tokens.size() && !row.done; ++t) emit(row, v.tokens[t], now);
@@ -247,15 +276,22 @@ struct SchedulerSteps {
 
   /// The decode call: every decoding row's newest token, or under
   /// speculation its newest token and prompt-lookup drafts.
-  static DecodeCall decode(Scheduler::State& s, const RowTable& table) {
+  static DecodeCall decode(Scheduler::State& s, RowTable& table) {
     DecodeCall out;
     const int64_t k = s.options.speculate;
     if (k == 0) {
       out.logits = run(s, pack_decode(table));
     } else {
-      out.drafts.resize(table.live());
-      for (size_t r = table.prefilling(); r < table.live(); ++r) {
-        out.drafts[r] = serving_detail::lookup_drafts(table.rows()[r], k, s.options.lookup_ngram);
+      if (s.options.draft_model) {
+        serving_detail::Drafts d =
+            serving_detail::model_drafts(table, *s.options.draft_model, *s.draft_backend, k);
+        out.drafts = std::move(d.ids);
+        out.q = std::move(d.q);
+      } else {
+        out.drafts.resize(table.live());
+        for (size_t r = table.prefilling(); r < table.live(); ++r) {
+          out.drafts[r] = serving_detail::lookup_drafts(table.rows()[r], k, s.options.lookup_ngram);
+        }
       }
       out.logits = run(s, serving_detail::pack_verify(table, out.drafts, k), s.verify_runner.get(),
                        Logits::kAll);
@@ -263,6 +299,31 @@ struct SchedulerSteps {
     }
     out.greedy = out.logits.argmax(-1).cpu();
     return out;
+  }
+
+  /// The prefill call, fed to the draft model's cache too (eagerly).
+  static at::Tensor prefill(Scheduler::State& s, const CallInputs& in) {
+    at::Tensor logits = run(s, in).clone();
+    if (!s.options.draft_model) return logits;
+    const at::Device device = s.options.draft_model->device();
+    s.options.draft_model->forward(in.ids.to(device), in.positions.to(device), *s.draft_backend,
+                                   in.attend, Logits::kLast);
+    return logits;
+  }
+
+  /// The draft cache keeps what the target keeps of what it drafted from
+  /// (Note [ring rollback]): rejected drafts leave both caches.
+  static void roll_back_draft(Scheduler::State& s, const std::vector<int64_t>& kept) {
+    if (!s.draft_cache) return;
+    std::vector<int64_t> lengths(kept.size());
+    bool rejected = false;
+    for (size_t r = 0; r < kept.size(); ++r) {
+      Active& row = s.table->rows()[r];
+      lengths[r] = r < s.table->prefilling() ? row.draft_len : std::min(row.draft_len, kept[r]);
+      rejected = rejected || lengths[r] != row.draft_len;
+      row.draft_len = lengths[r];
+    }
+    if (rejected) s.draft_cache->rollback(lengths);
   }
 };
 
@@ -334,7 +395,7 @@ void Scheduler::step() {
   // runner key (a 1-token chunk), whose outputs it would overwrite.
   at::Tensor prefill, prefill_greedy;
   if (fed_rows > 0) {
-    prefill = SchedulerSteps::run(s, pack_prefill(table, fed, fed_rows)).clone();
+    prefill = SchedulerSteps::prefill(s, pack_prefill(table, fed, fed_rows));
     prefill_greedy = prefill.argmax(-1).cpu();
   }
   const DecodeCall decode = decoding > 0 ? SchedulerSteps::decode(s, table) : DecodeCall{};
@@ -352,6 +413,7 @@ void Scheduler::step() {
     const auto i = static_cast<int64_t>(r);
     if (r < prefilling) {
       row.prompt_done += fed[r];
+      row.draft_len = row.prompt_done;  // the draft model was fed the same chunk
       kept[r] = row.prompt_done;
       if (fed[r] == 0 || !row.decoding()) continue;
       accept(row, prefill[i], prefill_greedy[i].item<int64_t>(), now);
@@ -362,6 +424,7 @@ void Scheduler::step() {
     }
   }
   if (spec.drafted - spec.accepted > rejected) s.cache->rollback(kept);  // Note [ring rollback]
+  SchedulerSteps::roll_back_draft(s, kept);
   table.regroup();
   // Highest row first: a row moved into a hole is never one still to retire.
   for (size_t r = table.live(); r-- > 0;) {

@@ -1,5 +1,6 @@
-// The Scheduler's speculative decoding by prompt lookup (state.hpp,
-// docs/speculative.md): drafts, the verification call's inputs, verdicts.
+// The Scheduler's speculative decoding (state.hpp, docs/speculative.md):
+// prompt-lookup drafts, the verification call's inputs, verdicts (draft
+// models: draft_model.cpp).
 
 #include "../generation/sampling.hpp"
 #include "state.hpp"
@@ -48,7 +49,7 @@ CallInputs pack_verify(const RowTable& table, const std::vector<std::vector<int6
 }
 
 Verdict judge(Active& row, const at::Tensor& logits, const at::Tensor& greedy,
-              const std::vector<int64_t>& drafts) {
+              const std::vector<int64_t>& drafts, const at::Tensor& q) {
   const auto n = static_cast<int64_t>(drafts.size());
   const Sampling& s = row.request.sampling;
   if (s.temperature <= 0.0) {
@@ -57,7 +58,7 @@ Verdict judge(Active& row, const at::Tensor& logits, const at::Tensor& greedy,
         drafts, std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + n + 1));
   }
   const at::Tensor p = detail::sampling_probs(logits.narrow(0, 0, n + 1), s.temperature, s.top_k);
-  return verify_sampled(drafts, p, at::Tensor(), row.generator);
+  return verify_sampled(drafts, p, q, row.generator);
 }
 
 }  // namespace statickv::reference::serving_detail

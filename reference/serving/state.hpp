@@ -20,6 +20,7 @@ struct Active {
   Request request;
   std::vector<int64_t> stop;  // resolved: the request's or the model's eos ids
   int64_t prompt_done = 0;    // prompt tokens already in the cache
+  int64_t draft_len = 0;      // draft-model drafting: positions in the draft cache
   std::vector<int64_t> tokens;
   at::Generator generator;  // sampling only
   ServeClock::time_point arrival, admitted, first_token;
@@ -39,10 +40,14 @@ struct CallInputs {
 /// The cache rows of the live requests in two regions (Note [live rows are
 /// a prefix], docs/serving.md): [0, prefilling) prompts still being fed,
 /// [prefilling, live) decoding; every row past live is fresh. Row moves are
-/// in-place row operations of the cache (Invariant [stable addresses]).
+/// in-place row operations of the cache (Invariant [stable addresses]),
+/// applied to the draft model's cache too when there is one, so its rows
+/// mirror the target's.
 class RowTable {
  public:
-  explicit RowTable(Cache& cache) : cache_(cache) {}
+  RowTable(Cache& cache, Cache* draft) : caches_{&cache} {
+    if (draft) caches_.push_back(draft);
+  }
 
   std::vector<Active>& rows() { return rows_; }
   const std::vector<Active>& rows() const { return rows_; }
@@ -62,8 +67,10 @@ class RowTable {
 
  private:
   void move_row(size_t from, size_t to);
+  void copy_row(size_t from, size_t to);
+  void reset_row(size_t r);
 
-  Cache& cache_;
+  std::vector<Cache*> caches_;  // the target's, then the draft model's
   std::vector<Active> rows_;
   size_t prefilling_ = 0;
   int64_t copies_ = 0;
@@ -81,6 +88,20 @@ int64_t pick_token(Active& row, const at::Tensor& logits, int64_t greedy);
 /// at most k and within its token limit.
 std::vector<int64_t> lookup_drafts(const Active& row, int64_t k, int64_t ngram);
 
+/// A step's drafts per row [0, live) and, for a sampled row drafted by a
+/// model, their distributions q [drafts, vocab] (undefined: point masses).
+struct Drafts {
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<at::Tensor> q;
+};
+
+/// Draft-model drafting (draft_model.cpp): up to k eager calls of the draft
+/// model on its cache over rows [0, live); the first feeds each decoding
+/// row what its draft cache lacks (its newest token, and the last draft
+/// when all were accepted), the later ones the previous draft. Advances
+/// each row's draft_len.
+Drafts model_drafts(RowTable& table, const LlamaModel& draft, CacheBackend& backend, int64_t k);
+
 /// The verification call: rows [0, live), each decoding row's newest token
 /// and drafts at consecutive positions, q = k + 1; the prefill region and
 /// the tokens past a row's drafts are padding.
@@ -89,9 +110,10 @@ CallInputs pack_verify(const RowTable& table, const std::vector<std::vector<int6
 
 /// A decoding row's verdict from its verification logits [k + 1, vocab]
 /// and greedy ids [k + 1] (host): greedy, or the acceptance rule with the
-/// row's sampling and generator (prompt-lookup drafts are point masses).
+/// row's sampling and generator; q: the drafts' distributions (undefined:
+/// point masses, as prompt-lookup drafts are).
 Verdict judge(Active& row, const at::Tensor& logits, const at::Tensor& greedy,
-              const std::vector<int64_t>& drafts);
+              const std::vector<int64_t>& drafts, const at::Tensor& q = at::Tensor());
 
 /// The completion of `row` finished for `finish` at `now`.
 Completion complete(Active& row, Finish finish, ServeClock::time_point now);

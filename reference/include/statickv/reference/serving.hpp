@@ -100,14 +100,21 @@ struct SchedulerOptions {
   /// two from 64 to max_len, whose max must be max_len).
   std::optional<ShapeBuckets> prompt_buckets;
   std::optional<ShapeBuckets> attend_buckets;
-  /// Speculative decoding by prompt lookup (docs/speculative.md): every
-  /// decoding row verifies up to `speculate` drafts from its own ids in one
-  /// call of speculate + 1 query tokens per row, which must fit the cache's
-  /// max_chunk (the bucket serving prefill_chunk). 0 = off. Greedy requests
+  /// Speculative decoding (docs/speculative.md): every decoding row
+  /// verifies up to `speculate` drafts (by prompt lookup from its own ids,
+  /// or from `draft_model`) in one call of speculate + 1 query tokens per
+  /// row, which must fit the cache's max_chunk (the bucket serving
+  /// prefill_chunk). 0 = off. Greedy requests
   /// get exactly their plain tokens; sampled ones the same distribution.
   /// Drafts do not count against token_budget.
   int64_t speculate = 0;
   int64_t lookup_ngram = 3;  ///< the longest n-gram prompt lookup matches
+  /// Draft-model drafting instead of prompt lookup (needs speculate >= 1):
+  /// a smaller model with the target's vocabulary and device, on its own
+  /// hybrid cache whose rows mirror the target cache's rows (every
+  /// admission, prefill, move, reset and rollback); each step it drafts
+  /// `speculate` tokens per decoding row in as many small calls. Not owned.
+  const LlamaModel* draft_model = nullptr;
 };
 
 struct EngineStats {

@@ -1,0 +1,96 @@
+// The Scheduler's draft-model drafting (state.hpp, docs/speculative.md):
+// k small eager calls of the draft model on its own cache, whose rows
+// mirror the target cache's rows (RowTable applies every row operation to
+// both).
+
+#include "../generation/sampling.hpp"
+#include "state.hpp"
+
+#include <algorithm>
+
+namespace statickv::reference::serving_detail {
+
+namespace {
+
+/// Drafts a decoding row may have: the tokens it emits stay within its limit.
+int64_t allowance(const Active& row, int64_t k) {
+  return std::min<int64_t>(
+      k, row.request.max_new_tokens - static_cast<int64_t>(row.tokens.size()) - 1);
+}
+
+/// A row's ids so far: its prompt, its tokens, then this step's drafts.
+std::vector<int64_t> row_ids(const Active& row) {
+  std::vector<int64_t> ids(row.request.prompt);
+  ids.insert(ids.end(), row.tokens.begin(), row.tokens.end());
+  return ids;
+}
+
+/// One draft call over rows [0, b): row r feeds seqs[r] from its draft_len
+/// to the end when `fed[r]`, else padding. Returns the newest logits [b, vocab].
+at::Tensor draft_pass(RowTable& table, const LlamaModel& draft, CacheBackend& backend,
+                      const std::vector<std::vector<int64_t>>& seqs, const std::vector<bool>& fed) {
+  const auto b = static_cast<int64_t>(seqs.size());
+  int64_t q = 1, attend = 1;
+  for (int64_t r = 0; r < b; ++r) {
+    const Active& row = table.rows()[static_cast<size_t>(r)];
+    if (fed[r]) q = std::max(q, static_cast<int64_t>(seqs[r].size()) - row.draft_len);
+  }
+  std::vector<int64_t> ids(static_cast<size_t>(b * q), 0), pos(ids.size(), -1);
+  for (int64_t r = 0; r < b; ++r) {
+    Active& row = table.rows()[static_cast<size_t>(r)];
+    if (!fed[r]) continue;
+    const auto end = static_cast<int64_t>(seqs[r].size());
+    for (int64_t p = row.draft_len, t = 0; p < end; ++p, ++t) {
+      ids[r * q + t] = seqs[r][p];
+      pos[r * q + t] = p;
+    }
+    row.draft_len = end;
+    attend = std::max(attend, end);
+  }
+  const auto opts = at::TensorOptions().dtype(at::kLong);
+  const at::Device device = draft.device();
+  return draft.forward(at::tensor(ids, opts).view({b, q}).to(device),
+                       at::tensor(pos, opts).view({b, q}).to(device), backend, attend,
+                       Logits::kLast);
+}
+
+}  // namespace
+
+Drafts model_drafts(RowTable& table, const LlamaModel& draft, CacheBackend& backend, int64_t k) {
+  const size_t b = table.live();
+  Drafts d{std::vector<std::vector<int64_t>>(b), std::vector<at::Tensor>(b)};
+  std::vector<std::vector<int64_t>> seqs(b);
+  std::vector<std::vector<at::Tensor>> probs(b);
+  std::vector<int64_t> want(b, 0);
+  for (size_t r = table.prefilling(); r < b; ++r) {
+    want[r] = allowance(table.rows()[r], k);
+    seqs[r] = row_ids(table.rows()[r]);
+  }
+  for (int64_t i = 0; i < *std::max_element(want.begin(), want.end()); ++i) {
+    std::vector<bool> fed(b);
+    for (size_t r = 0; r < b; ++r) fed[r] = want[r] > i;
+    const at::Tensor logits = draft_pass(table, draft, backend, seqs, fed);
+    const at::Tensor greedy = logits.argmax(-1).cpu();
+    for (size_t r = 0; r < b; ++r) {
+      if (!fed[r]) continue;
+      Active& row = table.rows()[r];
+      const Sampling& s = row.request.sampling;
+      int64_t next = greedy[static_cast<int64_t>(r)].item<int64_t>();
+      if (s.temperature > 0.0) {
+        // The row's own generator: its draws depend on no other row.
+        const at::Tensor p = detail::sampling_probs(logits[static_cast<int64_t>(r)].view({1, -1}),
+                                                    s.temperature, s.top_k);
+        next = at::multinomial(p, 1, false, row.generator).item<int64_t>();
+        probs[r].push_back(p[0]);
+      }
+      d.ids[r].push_back(next);
+      seqs[r].push_back(next);
+    }
+  }
+  for (size_t r = 0; r < b; ++r) {
+    if (!probs[r].empty()) d.q[r] = at::stack(probs[r]);
+  }
+  return d;
+}
+
+}  // namespace statickv::reference::serving_detail
