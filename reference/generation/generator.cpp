@@ -89,6 +89,21 @@ void check_speculation(const GenerateOptions& o, const LlamaModel& model, int64_
               model.device(), " (the target's) but got ", o.draft_model->device());
 }
 
+/// Every option that can be checked before a cache exists, by name.
+void check_options(const GenerateOptions& o, const LlamaModel& model, int64_t max_batch,
+                   int64_t max_len) {
+  TORCH_CHECK(max_batch >= 1, "max_batch: expected >= 1 but got ", max_batch);
+  TORCH_CHECK(max_len >= 2, "max_len: expected >= 2 but got ", max_len);
+  TORCH_CHECK(o.max_new_tokens >= 1, "max_new_tokens: expected >= 1 but got ", o.max_new_tokens);
+  TORCH_CHECK(o.cache != CacheKind::kStatic || !model.config().has_sliding(),
+              "cache: expected hybrid or dynamic for a model with sliding-window layers but got "
+              "static");
+  check_speculation(o, model, max_len);
+  TORCH_CHECK(o.cache != CacheKind::kDynamic || o.path == DecodePath::kPlain,
+              "path: expected plain with cache dynamic (the fused path writes through a static "
+              "or hybrid cache's rotary_update) but got fused");
+}
+
 /// The verification step of k drafts carries k + 1 query tokens per row:
 /// they must fit the cache's max_chunk (Note [ring rollback]).
 void check_verify_chunk(int64_t k, const Cache& cache, const char* which) {
@@ -106,18 +121,7 @@ Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t m
           new State{model, std::move(options), max_batch, max_len, 0, {}, {}, {}, {}, {}, {}, {}}) {
   c10::InferenceMode inference;
   State& s = *state_;
-  const ModelConfig& config = model.config();
-  TORCH_CHECK(max_batch >= 1, "max_batch: expected >= 1 but got ", max_batch);
-  TORCH_CHECK(max_len >= 2, "max_len: expected >= 2 but got ", max_len);
-  TORCH_CHECK(s.options.max_new_tokens >= 1, "max_new_tokens: expected >= 1 but got ",
-              s.options.max_new_tokens);
-  TORCH_CHECK(s.options.cache != CacheKind::kStatic || !config.has_sliding(),
-              "cache: expected hybrid or dynamic for a model with sliding-window layers but got "
-              "static");
-  check_speculation(s.options, model, max_len);
-  TORCH_CHECK(s.options.cache != CacheKind::kDynamic || s.options.path == DecodePath::kPlain,
-              "path: expected plain with cache dynamic (the fused path writes through a static "
-              "or hybrid cache's rotary_update) but got fused");
+  check_options(s.options, model, max_batch, max_len);
   s.chunk = s.options.prefill_chunk > 0 ? std::min(s.options.prefill_chunk, max_len) : max_len;
   if (s.options.cache == CacheKind::kDynamic) return;
 
