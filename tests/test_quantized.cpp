@@ -305,7 +305,8 @@ TEST_CASE("quantized storage refuses what it does not support, naming both optio
   require_error([&] { cache.restore_row(state, 0); }, {"restore_row", "kv_storage=fp8"});
   require_error([&] { cache.update(1, query, query, step); }, {"key: expected shape"});
   const at::Tensor rope = at::ones({2, 1, 2, kDim});
-  require_error([&] { rotary_update(cache, 1, query, kv.keys, kv.values, rope, rope, step); },
+  const at::Tensor kv_in = at::randn({2, 2, 2, 8});
+  require_error([&] { rotary_update(cache, 1, query, kv_in, kv_in, rope, rope, step); },
                 {"CacheConfig.kv_storage: expected compute with the fused rotary write", "fp8"});
   CHECK(before.same_as(cache));
 }
