@@ -62,6 +62,8 @@ CASES = [
     ("statickv-demo", ["--path", "turbo"], ["--path: expected plain or fused", "got 'turbo'"]),
     ("statickv-demo", ["--path", "fused", "--cache", "dynamic"],
      ["--path: expected plain with --cache dynamic", "got fused"]),
+    ("statickv-demo", ["--path", "fused", "--kv-dtype", "int8"],
+     ["--path: expected plain with --kv-dtype int8", "got fused"]),
     ("statickv-demo", ["--cache", "paged"], ["--cache: expected static, hybrid or dynamic",
                                              "got 'paged'"]),
     ("statickv-demo", ["--shape", "tiny-mistral", "--cache", "static"],
