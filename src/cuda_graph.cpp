@@ -26,6 +26,33 @@ class CudaGraph final : public DeviceGraph {
   std::unique_ptr<at::cuda::CUDAGraph> graph_;
 };
 
+// Capture's set-up, held for the capture: `device` current, the caller's
+// stream drained (capture is rare, once per key, so plain synchronization
+// orders it with the caller's work; replays then run on the caller's
+// stream), and a side stream current, since the legacy default stream
+// cannot capture; `body` warmed up there `warmup_runs` times.
+class SideStream {
+ public:
+  SideStream(const at::Device& device, int warmup_runs, const std::function<void()>& body)
+      : device_guard_(checked(device)), side_(drained_side_stream()), stream_guard_(side_) {
+    for (int i = 0; i < warmup_runs; ++i) body();
+    side_.synchronize();
+  }
+
+ private:
+  static const at::Device& checked(const at::Device& device) {
+    TORCH_CHECK(device.is_cuda(), "device: expected a cuda device but got ", device);
+    return device;
+  }
+  static c10::cuda::CUDAStream drained_side_stream() {
+    c10::cuda::getCurrentCUDAStream().synchronize();
+    return c10::cuda::getStreamFromPool();
+  }
+  c10::cuda::CUDAGuard device_guard_;
+  c10::cuda::CUDAStream side_;
+  c10::cuda::CUDAStreamGuard stream_guard_;
+};
+
 }  // namespace
 
 GraphPool new_graph_pool() {
@@ -36,16 +63,7 @@ GraphPool new_graph_pool() {
 std::unique_ptr<DeviceGraph> capture_cuda_graph(const at::Device& device, GraphPool pool,
                                                 int warmup_runs,
                                                 const std::function<void()>& body) {
-  TORCH_CHECK(device.is_cuda(), "device: expected a cuda device but got ", device);
-  c10::cuda::CUDAGuard device_guard(device);
-  // Capture is rare (once per key), so plain synchronization orders it with
-  // the caller's stream; replays then run on the caller's stream.
-  c10::cuda::getCurrentCUDAStream().synchronize();
-  // The legacy default stream cannot capture: warm up and capture on a side stream.
-  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
-  c10::cuda::CUDAStreamGuard stream_guard(side);
-  for (int i = 0; i < warmup_runs; ++i) body();
-  side.synchronize();
+  const SideStream side(device, warmup_runs, body);
   auto graph = std::make_unique<at::cuda::CUDAGraph>();
   graph->capture_begin(at::cuda::MempoolId_t{pool.first, pool.second});
   std::string failure;
@@ -72,13 +90,7 @@ std::unique_ptr<DeviceGraph> capture_cuda_graph(const at::Device& device, GraphP
 
 GraphNodeCounts count_graph_nodes(const at::Device& device, int warmup_runs,
                                   const std::function<void()>& body) {
-  TORCH_CHECK(device.is_cuda(), "device: expected a cuda device but got ", device);
-  c10::cuda::CUDAGuard device_guard(device);
-  c10::cuda::getCurrentCUDAStream().synchronize();
-  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
-  c10::cuda::CUDAStreamGuard stream_guard(side);
-  for (int i = 0; i < warmup_runs; ++i) body();
-  side.synchronize();
+  const SideStream side(device, warmup_runs, body);
   at::cuda::CUDAGraph graph(/*keep_graph=*/true);
   graph.capture_begin();
   body();

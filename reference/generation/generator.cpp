@@ -72,21 +72,13 @@ namespace {
 void check_speculation(const GenerateOptions& o, const LlamaModel& model, int64_t max_len) {
   TORCH_CHECK(o.speculate >= 0, "speculate: expected >= 0 (0 = off) but got ", o.speculate);
   TORCH_CHECK(o.lookup_ngram >= 1, "lookup_ngram: expected >= 1 but got ", o.lookup_ngram);
-  TORCH_CHECK(!o.draft_model || o.speculate > 0,
-              "draft_model: expected speculate >= 1 with a draft model but got speculate=0");
+  check_draft_model(model, o.draft_model, o.speculate);
   if (o.speculate == 0) return;
   TORCH_CHECK(o.cache != CacheKind::kDynamic,
               "speculate: expected cache=static or hybrid (rejected drafts are rolled back with "
               "Cache::rollback) but got cache=dynamic");
   TORCH_CHECK(o.speculate < max_len, "speculate: expected < max_len=", max_len, " but got ",
               o.speculate);
-  if (!o.draft_model) return;
-  const ModelConfig& draft = o.draft_model->config();
-  TORCH_CHECK(draft.vocab_size == model.config().vocab_size,
-              "draft_model: expected vocab_size=", model.config().vocab_size,
-              " (the target's) but got ", draft.vocab_size);
-  TORCH_CHECK(o.draft_model->device() == model.device(), "draft_model: expected device ",
-              model.device(), " (the target's) but got ", o.draft_model->device());
 }
 
 /// Every option that can be checked before a cache exists, by name.

@@ -4,6 +4,8 @@
 
 #include <statickv/reference/speculative.hpp>
 
+#include <statickv/reference/model.hpp>
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
@@ -116,6 +118,17 @@ Verdict verify_sampled(const std::vector<int64_t>& drafts, const at::Tensor& p, 
   }
   v.tokens.push_back(draw(ph.data_ptr<double>() + v.accepted * vocab, vocab, generator));
   return v;
+}
+
+void check_draft_model(const LlamaModel& target, const LlamaModel* draft, int64_t speculate) {
+  if (draft == nullptr) return;
+  TORCH_CHECK(speculate > 0,
+              "draft_model: expected speculate >= 1 with a draft model but got speculate=0");
+  TORCH_CHECK(draft->config().vocab_size == target.config().vocab_size,
+              "draft_model: expected vocab_size=", target.config().vocab_size,
+              " (the target's) but got ", draft->config().vocab_size);
+  TORCH_CHECK(draft->device() == target.device(), "draft_model: expected device ", target.device(),
+              " (the target's) but got ", draft->device());
 }
 
 }  // namespace statickv::reference

@@ -11,6 +11,7 @@
 #include "state.hpp"
 
 #include <statickv/cache.hpp>
+#include <statickv/reference/speculative.hpp>
 
 #include <c10/core/InferenceMode.h>
 
@@ -40,20 +41,6 @@ struct Scheduler::State {
 
 namespace {
 
-/// A draft model drafts for speculation, with the target's vocabulary on
-/// the target's device.
-void check_draft_model(const LlamaModel& model, const SchedulerOptions& o) {
-  if (!o.draft_model) return;
-  TORCH_CHECK(o.speculate > 0,
-              "draft_model: expected speculate >= 1 with a draft model but got speculate=0");
-  const ModelConfig& draft = o.draft_model->config();
-  TORCH_CHECK(draft.vocab_size == model.config().vocab_size,
-              "draft_model: expected vocab_size=", model.config().vocab_size,
-              " (the target's) but got ", draft.vocab_size);
-  TORCH_CHECK(o.draft_model->device() == model.device(), "draft_model: expected device ",
-              model.device(), " (the target's) but got ", o.draft_model->device());
-}
-
 /// Resolves the options' defaults and checks them against the model.
 SchedulerOptions resolved(const LlamaModel& model, SchedulerOptions o) {
   TORCH_CHECK(o.cache != CacheKind::kDynamic,
@@ -77,7 +64,7 @@ SchedulerOptions resolved(const LlamaModel& model, SchedulerOptions o) {
               o.max_len, " (max_len) but got ", o.attend_buckets->max());
   TORCH_CHECK(o.speculate >= 0, "speculate: expected >= 0 (0 = off) but got ", o.speculate);
   TORCH_CHECK(o.lookup_ngram >= 1, "lookup_ngram: expected >= 1 but got ", o.lookup_ngram);
-  check_draft_model(model, o);
+  check_draft_model(model, o.draft_model, o.speculate);
   if (o.token_budget == 0) o.token_budget = o.max_batch - 1 + chunk;
   TORCH_CHECK(o.token_budget >= o.max_batch, "token_budget: expected >= max_batch=", o.max_batch,
               " (every decode row and one prompt token) or 0 but got ", o.token_budget);

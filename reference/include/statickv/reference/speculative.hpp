@@ -12,6 +12,8 @@
 
 namespace statickv::reference {
 
+class LlamaModel;
+
 /// Prompt-lookup drafting (no second model): finds the most recent earlier
 /// occurrence of the longest n-gram (n = max_ngram down to 1) that ends
 /// `tokens` (a row's prompt and generated ids) and proposes the up to k
@@ -41,6 +43,11 @@ Verdict verify_greedy(const std::vector<int64_t>& drafts, const std::vector<int6
 /// q_i(x_i) = 1). Draws from `generator` (a CPU generator), on the host.
 Verdict verify_sampled(const std::vector<int64_t>& drafts, const at::Tensor& p, const at::Tensor& q,
                        at::Generator& generator);
+
+/// Checks a draft model against its target, naming `draft_model`: one needs
+/// speculate >= 1, the target's vocabulary and the target's device. A null
+/// draft passes. Generator and the Scheduler call it before anything runs.
+void check_draft_model(const LlamaModel& target, const LlamaModel* draft, int64_t speculate);
 
 /// Draft and acceptance counts of a speculative run.
 struct SpeculationStats {
