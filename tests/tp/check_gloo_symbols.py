@@ -23,12 +23,19 @@ OFFENDING = re.compile(r"^((vtable|typeinfo|typeinfo name|VTT|construction vtabl
                        r"(gloo::|c10d::ProcessGroupGloo::GlooStore)")
 
 
+# nm's types for local (internal-linkage) data: the headers' namespace-scope
+# constants (gloo::kNoTimeout, the slot-prefix strings), which an unoptimized
+# build emits as objects of their own. They hold values, not code that reads
+# a Gloo class's layout, and no other object can bind to them.
+LOCAL_DATA = set("rbd")
+
+
 def defined_symbols(path):
     out = subprocess.run(["nm", "-C", "--defined-only", path], check=True, capture_output=True,
                          text=True).stdout
     for line in out.splitlines():
         parts = line.split(" ", 2)
-        if len(parts) == 3:
+        if len(parts) == 3 and parts[1] not in LOCAL_DATA:
             yield parts[2]
 
 
