@@ -60,6 +60,7 @@ void check_combinations(Options& o, const apps::Flags& flags) {
   if (!o.text.prompts_file.empty()) {  // read now: a bad file is refused before any work
     for (std::string& p : demo::read_prompts_file(o.text.prompts_file)) o.text.prompts.push_back(p);
   }
+  const bool quantized = apps::parse_kv_storage(o.kv_dtype) != KvStorage::kCompute;
   for (const auto& [flag, file] :
        {std::pair<const char*, const std::string&>{"--save-prompt", o.save_prompt},
         {"--load-prompt", o.load_prompt}}) {
@@ -68,14 +69,10 @@ void check_combinations(Options& o, const apps::Flags& flags) {
           std::string(flag) +
           ": expected a static or hybrid --cache (it saves a cache row) but got dynamic");
     }
-    if (!file.empty() && apps::parse_kv_storage(o.kv_dtype) != KvStorage::kCompute) {
+    if (!file.empty() && quantized) {
       throw FlagError("--kv-dtype: expected compute with " + std::string(flag) +
                       " (row save/restore supports plain storage only) but got " + o.kv_dtype);
     }
-  }
-  for (const auto& [flag, file] :
-       {std::pair<const char*, const std::string&>{"--save-prompt", o.save_prompt},
-        {"--load-prompt", o.load_prompt}}) {
     if (!file.empty() && (o.tp.tp > 1 || std::getenv("WORLD_SIZE") != nullptr)) {
       throw FlagError(std::string(flag) +
                       ": expected no prompt-cache file with --tp (each rank holds only its kv "
@@ -94,11 +91,11 @@ void check_combinations(Options& o, const apps::Flags& flags) {
         "--path: expected plain with --cache dynamic (the fused path writes through a "
         "static or hybrid cache) but got fused");
   }
-  if (o.path == "fused" && apps::parse_kv_storage(o.kv_dtype) != KvStorage::kCompute) {
+  if (o.path == "fused" && quantized) {
     throw FlagError("--path: expected plain with --kv-dtype " + o.kv_dtype +
                     " (the fused rotary write serves plain storage) but got fused");
   }
-  if (o.cache == "dynamic" && !o.kv_dtype.empty() && o.kv_dtype != "compute") {
+  if (o.cache == "dynamic" && quantized) {
     throw FlagError(
         "--kv-dtype: expected compute with --cache dynamic (it stores the compute "
         "dtype) but got " +
