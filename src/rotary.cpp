@@ -115,6 +115,12 @@ void check_rotary_config(const CacheConfig& config) {
               "(rotary_update writes plain storage; use the plain decoder path for quantized "
               "storage) but got ",
               config.kv_storage);
+  // Host offload keeps the buffers in host memory; update() writes the
+  // staging ring and the host copy (Note [host offload]).
+  TORCH_CHECK(!config.host_offload,
+              "CacheConfig.host_offload: expected false with the fused rotary write "
+              "(rotary_update writes the stored buffers, which offload keeps in host memory; use "
+              "the plain decoder path with host offload) but got true");
 }
 
 void rotary_write_cpu(const RotaryWrite& w) {

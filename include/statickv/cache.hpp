@@ -28,6 +28,7 @@
 #include <statickv/config.hpp>
 #include <statickv/layers.hpp>
 #include <statickv/mask.hpp>
+#include <statickv/offload.hpp>
 #include <statickv/quantize.hpp>
 #include <statickv/row_state.hpp>
 #include <statickv/staging.hpp>
@@ -117,6 +118,9 @@ class Cache {
  public:
   explicit Cache(CacheConfig config) : config_(std::move(config)) {
     config_.validate();
+    // A "cuda" device without an index becomes the device actually used.
+    seq_lengths_ = at::zeros({config_.max_batch}, at::TensorOptions().dtype(at::kLong).device(config_.device));
+    config_.device = seq_lengths_.device();
     const auto long_opts = at::TensorOptions().dtype(at::kLong).device(config_.device);
     const auto data_opts = at::TensorOptions().dtype(config_.dtype).device(config_.device);
     // One group per layer type present, in order of first appearance.
@@ -140,6 +144,11 @@ class Cache {
       layer_group.push_back(g);
       add_layer_buffers(groups_[g].policy->buffer_len());
     }
+    if (config_.host_offload) {
+      std::vector<int64_t> group_slots;
+      for (const LayerGroup& group : groups_) group_slots.push_back(group.policy->buffer_len());
+      offload_ = detail::OffloadRing(config_, group_slots);
+    }
     if (!config_.plain_storage()) {
       staging_ = StagingBuffer(config_.max_batch, config_.num_kv_heads, config_.max_view_slots(),
                                config_.head_dim, data_opts);
@@ -147,9 +156,6 @@ class Cache {
     mask_values_ = detail::additive_values(config_.dtype, config_.device);
     arange32_ = at::arange(config_.max_batch + 1, long_opts.dtype(at::kInt));
     layer_group_ = std::make_shared<const std::vector<int64_t>>(std::move(layer_group));
-    seq_lengths_ = at::zeros({config_.max_batch}, long_opts);
-    // A "cuda" device without an index becomes the device actually used.
-    config_.device = seq_lengths_.device();
   }
 
   Cache(const Cache&) = delete;
@@ -204,6 +210,7 @@ class Cache {
     // Only a step that fully succeeded makes earlier Steps stale.
     generation_ = detail::next_generation();
     step.generation_ = generation_;
+    if (config_.host_offload) prefetch(0, step);  // Note [host offload]: overlaps the embedding
     return step;
   }
 
@@ -215,6 +222,7 @@ class Cache {
     const int64_t b = step.live_batch_;
     const auto l = static_cast<size_t>(layer);
     if (!config_.plain_storage()) return update_quantized(layer, key, value, step);
+    if (config_.host_offload) return update_offloaded(layer, key, value, step);
     write_slots(keys_[l], flat_keys_[l], key, step, planned);
     write_slots(values_[l], flat_values_[l], value, step, planned);
     return KV{batch_prefix(keys_[l], b, planned.view_len),
@@ -228,6 +236,10 @@ class Cache {
   detail::WriteTarget write_target(int64_t layer, const at::Tensor& key, const at::Tensor& value,
                                    const StepPlan& step) {
     check_update(layer, key, value, step);
+    TORCH_CHECK(!config_.host_offload,
+                "write_target: expected a cache with CacheConfig.host_offload=false (a fused "
+                "write targets the stored buffers, which offload keeps in host memory; use the "
+                "plain update()) but got host_offload=true");
     const StepPlan::GroupPlan& planned = step.group(layer);
     const int64_t b = step.live_batch_;
     const auto l = static_cast<size_t>(layer);
@@ -271,6 +283,9 @@ class Cache {
     if (!config_.plain_storage()) {
       return "quantized KV storage (the kernel reads plain storage; the staged views take the "
              "masked path)";
+    }
+    if (config_.host_offload) {
+      return "host offload (CacheConfig.host_offload: the staged views take the masked path)";
     }
     if (group_of(layer).policy->window() > 0)
       return "a sliding-window layer (rings take the masked path)";
@@ -352,7 +367,7 @@ class Cache {
     retire_plan();
     generation_ = detail::next_generation();
     if (src == dst) return;
-    for_each_row_tensor([&](at::Tensor& t, int64_t) { t.select(0, dst).copy_(t.select(0, src)); });
+    for_each_row_tensor([&](at::Tensor& t, int64_t) { store_copy(t.select(0, dst), t.select(0, src)); });
   }
 
   /// Beam-search reorder in place: row i becomes old row indices[i], for
@@ -366,7 +381,7 @@ class Cache {
     // index_select makes a temporary, so overlapping sources are read before
     // the prefix is overwritten.
     for_each_row_tensor(
-        [&](at::Tensor& t, int64_t) { t.narrow(0, 0, n).copy_(t.index_select(0, index)); });
+        [&](at::Tensor& t, int64_t) { store_copy(t.narrow(0, 0, n), t.index_select(0, index)); });
   }
 
   /// Takes back the newest positions of rows 0..b-1 (speculative decoding's
@@ -412,12 +427,11 @@ class Cache {
     const at::Device cpu(at::kCPU);
     for (int64_t l = 0; l < config_.num_layers; ++l) {
       const int64_t n = detail::row_state_slots(config_, l, state.length);
-      const auto i = static_cast<size_t>(l);
       state.types.push_back(config_.layer_type(l));
       state.positions.push_back(
           group_of(l).slot_positions[row].narrow(0, 0, n).to(cpu, at::kLong, false, true));
-      state.keys.push_back(keys_[i][row].narrow(1, 0, n).to(cpu, config_.dtype, false, true));
-      state.values.push_back(values_[i][row].narrow(1, 0, n).to(cpu, config_.dtype, false, true));
+      state.keys.push_back(keys(l)[row].narrow(1, 0, n).to(cpu, config_.dtype, false, true));
+      state.values.push_back(values(l)[row].narrow(1, 0, n).to(cpu, config_.dtype, false, true));
     }
     return state;
   }
@@ -441,8 +455,8 @@ class Cache {
     for (int64_t l = 0; l < config_.num_layers; ++l) {
       const auto i = static_cast<size_t>(l);
       const int64_t n = state.keys[i].size(1);
-      keys_[i][row].narrow(1, 0, n).copy_(state.keys[i]);
-      values_[i][row].narrow(1, 0, n).copy_(state.values[i]);
+      store_copy(keys_[i][row].narrow(1, 0, n), state.keys[i]);
+      store_copy(values_[i][row].narrow(1, 0, n), state.values[i]);
       const auto g = static_cast<size_t>((*layer_group_)[i]);
       if (group_done[g]) continue;  // one layer type shares its positions
       groups_[g].slot_positions[row].narrow(0, 0, n).copy_(state.positions[i]);
@@ -454,17 +468,21 @@ class Cache {
   /// One past the highest position stored in each row: device int64 [max_batch].
   const at::Tensor& seq_lengths() const { return seq_lengths_; }
 
-  /// Bytes of device memory the cache owns (buffers and bookkeeping).
-  int64_t memory_bytes() const {
-    int64_t total = seq_lengths_.nbytes();
-    for (const auto& t : keys_) total += t.nbytes();
-    for (const auto& t : values_) total += t.nbytes();
-    for (const auto& t : key_scales_) total += t.nbytes();
-    for (const auto& t : value_scales_) total += t.nbytes();
-    total += staging_.nbytes();
+  /// Bytes the cache owns (buffers and bookkeeping), on the device and in
+  /// host memory together: device_memory_bytes() + host_memory_bytes().
+  int64_t memory_bytes() const { return device_memory_bytes() + host_memory_bytes(); }
+
+  /// Bytes on the cache's device: everything but an offloaded cache's
+  /// keys and values (host_memory_bytes()).
+  int64_t device_memory_bytes() const {
+    int64_t total = seq_lengths_.nbytes() + staging_.nbytes() + offload_.nbytes();
     for (const auto& g : groups_) total += g.slot_positions.nbytes() + g.row_head_base.nbytes();
-    return total;
+    return total + (config_.host_offload ? 0 : stored_bytes());
   }
+
+  /// Bytes of host memory (pinned on CUDA): an offloaded cache's keys and
+  /// values (CacheConfig::host_offload); 0 otherwise.
+  int64_t host_memory_bytes() const { return config_.host_offload ? stored_bytes() : 0; }
 
   const CacheConfig& config() const { return config_; }
   int64_t num_layers() const { return config_.num_layers; }
@@ -472,15 +490,17 @@ class Cache {
   int64_t capacity(int64_t layer) const { return group_of(layer).policy->capacity(); }
 
   /// Whole key buffer of a layer, scratch slot included:
-  /// [max_batch, kv_heads, capacity + 1, head_dim].
+  /// [max_batch, kv_heads, capacity + 1, head_dim]. With host offload, the
+  /// host copy (a CPU tensor, pinned when the device is CUDA; read it
+  /// after the device work that wrote it, e.g. a stream synchronize).
   const at::Tensor& keys(int64_t layer) const {
     check_layer(layer);
-    return keys_[static_cast<size_t>(layer)];
+    return (config_.host_offload ? host_keys_ : keys_)[static_cast<size_t>(layer)];
   }
   /// Whole value buffer of a layer; see keys().
   const at::Tensor& values(int64_t layer) const {
     check_layer(layer);
-    return values_[static_cast<size_t>(layer)];
+    return (config_.host_offload ? host_values_ : values_)[static_cast<size_t>(layer)];
   }
   /// Per-slot float32 scales of a quantized cache's keys of a layer
   /// ([max_batch, kv_heads, capacity + 1, 1]; a key is codes * scale);
@@ -497,6 +517,9 @@ class Cache {
   /// The staging buffer a quantized cache's views live in (Note [staging
   /// buffer]); undefined (no tensors) for plain storage.
   const StagingBuffer& staging() const { return staging_; }
+  /// The ring of two staging buffers an offloaded cache's views live in
+  /// (Note [host offload]); undefined (no tensors) without host offload.
+  const detail::OffloadRing& offload_ring() const { return offload_; }
   /// Bytes of the staging buffer (0 for plain storage); part of memory_bytes().
   int64_t staging_bytes() const { return staging_.nbytes(); }
 
@@ -566,8 +589,10 @@ class Cache {
                                         config_.head_dim};
     check_staged(layer, step);
     const bool plain = config_.plain_storage();
-    const at::Tensor& key_buffer = plain ? keys_[l] : staging_.keys();
-    const at::Tensor& value_buffer = plain ? values_[l] : staging_.values();
+    const bool offload = config_.host_offload;
+    const detail::StagedLayout* staged = offload ? &offload_.layout(layer, (*layer_group_)[l]) : nullptr;
+    const at::Tensor& key_buffer = offload ? staged->keys : plain ? keys_[l] : staging_.keys();
+    const at::Tensor& value_buffer = offload ? staged->values : plain ? values_[l] : staging_.values();
     for (const auto& [name, view, buffer] :
          {std::make_tuple("kv.keys", kv.keys, key_buffer),
           std::make_tuple("kv.values", kv.values, value_buffer)}) {
@@ -763,6 +788,7 @@ class Cache {
     if (const std::shared_ptr<detail::LazyPlan> plan = current_plan_.lock()) plan->materialize();
     current_plan_.reset();
     staging_.release();  // Note [staging buffer]: staged views end with their step
+    if (offload_.defined()) offload_.release();
   }
 
   // Note [prepare is all or nothing]: prepare() writes seq_lengths and each
@@ -889,7 +915,14 @@ class Cache {
     const auto opts =
         at::TensorOptions().dtype(fp8 ? at::kByte : config_.storage_dtype()).device(config_.device);
     for (bool is_key : {true, false}) {
-      at::Tensor raw = at::zeros(shape, opts);
+      at::Tensor raw;
+      if (config_.host_offload) {  // Note [host offload]: device ops write the store
+        detail::HostBuffer buffer = detail::host_buffer(shape, config_.dtype, config_.device);
+        (is_key ? host_keys_ : host_values_).push_back(buffer.host);
+        raw = buffer.store;
+      } else {
+        raw = at::zeros(shape, opts);
+      }
       (is_key ? keys_ : values_).push_back(fp8 ? raw.view(at::kFloat8_e4m3fn) : raw);
       (is_key ? write_keys_ : write_values_).push_back(raw);
       (is_key ? flat_keys_ : flat_values_).push_back(raw.view({-1, config_.head_dim}));
@@ -902,7 +935,7 @@ class Cache {
 
   // One index_copy_ of src into buffer (or its flat alias, for per-row
   // positions) at the step's slots of the layer type.
-  void write_slots(at::Tensor& buffer, at::Tensor& flat, const at::Tensor& src,
+  void write_slots(const at::Tensor& buffer, const at::Tensor& flat, const at::Tensor& src,
                    const StepPlan& step, const StepPlan::GroupPlan& planned) {
     const int64_t b = step.live_batch_;
     if (step.per_row_) {
@@ -937,6 +970,59 @@ class Cache {
     return KV{keys, values};
   }
 
+  // Note [host offload]: the layer's attended range is in its ring slot
+  // (prefetched by the previous layer's update() or prepare(); issued here
+  // if not), the step's keys and values go into the staging buffer and,
+  // with the same index, into the host copy; then the next layer's copy-in
+  // is issued, to run while this layer computes.
+  KV update_offloaded(int64_t layer, const at::Tensor& key, const at::Tensor& value,
+                      const StepPlan& step) {
+    const StepPlan::GroupPlan& planned = step.group(layer);
+    const auto l = static_cast<size_t>(layer);
+    if (!offload_.holds(layer, step.generation_)) prefetch(layer, step);
+    offload_.acquire(layer);
+    const detail::StagedLayout& staged = offload_.layout(layer, (*layer_group_)[l]);
+    write_slots(staged.keys, staged.flat_keys, key, step, planned);
+    write_slots(staged.values, staged.flat_values, value, step, planned);
+    write_slots(keys_[l], flat_keys_[l], key, step, planned);
+    write_slots(values_[l], flat_values_[l], value, step, planned);
+    if (layer + 1 < config_.num_layers) prefetch(layer + 1, step);
+    const int64_t b = step.live_batch_;
+    return KV{batch_prefix(staged.keys, b, planned.view_len),
+              batch_prefix(staged.values, b, planned.view_len)};
+  }
+
+  // Issues layer `layer`'s copy-in for `step`: its live rows and view_len
+  // slots (Note [host offload]).
+  void prefetch(int64_t layer, const StepPlan& step) {
+    const auto l = static_cast<size_t>(layer);
+    offload_.prefetch(layer, (*layer_group_)[l], step.generation_, step.live_batch_,
+                      step.group(layer).view_len, host_keys_[l], host_values_[l]);
+  }
+
+  // Under host offload the store is host memory that device ops reach
+  // through a mapped pointer, which a memcpy must not be given (its
+  // pointer is not device memory): row operations copy with a kernel
+  // (index_copy_) there, on the CPU too, so tests run that path.
+  // (A 0-dim row of seq_lengths is bookkeeping, in device memory.)
+  void store_copy(at::Tensor dst, const at::Tensor& src) const {
+    if (!config_.host_offload || dst.dim() == 0) {
+      dst.copy_(src);
+      return;
+    }
+    const at::Tensor all = at::arange(dst.size(0), at::TensorOptions().dtype(at::kLong).device(dst.device()));
+    dst.index_copy_(0, all, src);
+  }
+
+  // Bytes of every layer's keys and values (and scales): device or host.
+  int64_t stored_bytes() const {
+    int64_t total = 0;
+    for (const auto* list : {&keys_, &values_, &key_scales_, &value_scales_}) {
+      for (const auto& t : *list) total += t.nbytes();
+    }
+    return total;
+  }
+
   // Every per-row buffer a row operation writes: per layer, the keys and
   // values as written (float8 through its uint8 bits), then for quantized
   // storage their scales. All hold 0 in an empty row.
@@ -956,6 +1042,16 @@ class Cache {
   // staging buffer only until the next layer's update(); attend() refuses
   // views another update() has overwritten since.
   void check_staged(int64_t layer, const StepPlan& step) const {
+    if (config_.host_offload) {
+      TORCH_CHECK(offload_.holds(layer, step.generation_), "kv: expected the views update(", layer,
+                  ", ...) returned for this step, still in its staging buffer, but that buffer "
+                  "now holds ",
+                  offload_.holder(layer) < 0 ? std::string("nothing current")
+                                             : "layer " + std::to_string(offload_.holder(layer)),
+                  " (host_offload: a layer's views are valid until the next layer's update(); "
+                  "Note [host offload], docs/design.md)");
+      return;
+    }
     if (config_.plain_storage()) return;
     TORCH_CHECK(staging_.holds(layer, step.generation_), "kv: expected the views update(", layer,
                 ", ...) returned for this step, still in the staging buffer, but the staging "
@@ -986,6 +1082,8 @@ class Cache {
   std::vector<at::Tensor> key_scales_, value_scales_;  // quantized: [max_batch, kv_heads, slots, 1]
   std::vector<at::Tensor> flat_key_scales_, flat_value_scales_;  // quantized: [-1, 1] aliases
   StagingBuffer staging_;                                        // quantized: Note [staging buffer]
+  std::vector<at::Tensor> host_keys_, host_values_;  // offload: per layer, the CPU tensors
+  detail::OffloadRing offload_;                      // offload: Note [host offload]
   at::Tensor undefined_;
   detail::AdditiveValues mask_values_;            // [] each, in dtype on the device
   at::Tensor arange32_;                           // int32 [max_batch + 1]: 0, 1, 2, ...
@@ -1002,6 +1100,15 @@ inline int64_t estimate_memory_bytes(const CacheConfig& config) {
   config.validate();  // rejects a config whose bytes overflow
   bool overflow = false;
   return config.owned_bytes(&overflow);
+}
+
+/// estimate_memory_bytes() by where the bytes live: `device` equals
+/// device_memory_bytes() of such a cache, `host` host_memory_bytes() (an
+/// offloaded cache's keys and values, pinned on CUDA).
+inline CacheConfig::Bytes estimate_memory(const CacheConfig& config) {
+  config.validate();
+  bool overflow = false;
+  return config.owned(&overflow);
 }
 
 /// The name Cache had before 0.2; kept so existing code compiles.

@@ -121,6 +121,13 @@ struct CacheConfig {
   /// dequantized into one staging buffer shared by every layer, valid until
   /// the next layer's update() (Note [staging buffer]).
   KvStorage kv_storage = KvStorage::kCompute;
+  /// Keep every layer's keys and values in host memory (pinned and
+  /// device-mapped when the device is CUDA) and only two layers' worth on
+  /// the device, in a staging ring that update() streams the attended range
+  /// into (Note [host offload], docs/design.md). update()'s views are the
+  /// staging buffers, valid until the next layer's update(). Needs compute
+  /// storage; refuses the fused rotary write and the varlen attention path.
+  bool host_offload = false;
 
   /// Plain storage: the buffers hold the compute dtype and update()'s views
   /// are the buffers themselves. What a feature that writes or reads the
@@ -138,6 +145,11 @@ struct CacheConfig {
         return dtype;
     }
   }
+
+  /// The largest number of slots a layer's buffer has (the largest
+  /// capacity plus the scratch slot): what an offloaded cache's staging
+  /// buffers are sized for.
+  int64_t max_buffer_slots() const { return max_view_slots() + 1; }
 
   /// The largest number of slots a view exposes (the largest capacity):
   /// what the staging buffer of a quantized cache is sized for.
@@ -240,18 +252,29 @@ struct CacheConfig {
         " (quantized storage takes a Float, Half or BFloat16 compute dtype) but got "
         "kv_storage=",
         kv_storage);
+    TORCH_CHECK(!host_offload || plain_storage(),
+                "CacheConfig.host_offload: expected false with CacheConfig.kv_storage=", kv_storage,
+                " (offloaded storage holds the compute dtype; use kv_storage=compute to offload, or "
+                "host_offload=false to quantize) but got true");
   }
 
-  /// Bytes of the staging buffer a quantized cache shares between its
-  /// layers (Note [staging buffer]): keys and values [max_batch, kv_heads,
-  /// max_view_slots(), head_dim] in the compute dtype; 0 for plain storage.
-  /// Part of owned_bytes(). On overflow sets *overflow and returns 0.
+  /// Staging buffers on the device (Note [staging buffer]): none for plain
+  /// storage, one for a quantized cache, two (a ring) for an offloaded one.
+  int64_t staging_count() const { return host_offload ? 2 : plain_storage() ? 0 : 1; }
+
+  /// Bytes of the staging buffers (Note [staging buffer]): keys and values
+  /// [max_batch, kv_heads, slots, head_dim] in the compute dtype, each
+  /// staging_count() times, with slots = max_view_slots() for a quantized
+  /// cache and max_buffer_slots() (the scratch slot too: update() writes
+  /// into them) for an offloaded one. Part of owned(). On overflow sets
+  /// *overflow and returns 0.
   int64_t staging_bytes(bool* overflow) const {
-    if (plain_storage()) return 0;
-    int64_t bytes = 2 * static_cast<int64_t>(c10::elementSize(dtype));
+    if (staging_count() == 0) return 0;
+    const int64_t slots = host_offload ? max_buffer_slots() : max_view_slots();
+    int64_t bytes = 2 * staging_count() * static_cast<int64_t>(c10::elementSize(dtype));
     const bool bad = c10::mul_overflows(bytes, max_batch, &bytes) ||
                      c10::mul_overflows(bytes, num_kv_heads, &bytes) ||
-                     c10::mul_overflows(bytes, max_view_slots(), &bytes) ||
+                     c10::mul_overflows(bytes, slots, &bytes) ||
                      c10::mul_overflows(bytes, head_dim, &bytes);
     if (bad) *overflow = true;
     return bad ? 0 : bytes;
@@ -259,16 +282,22 @@ struct CacheConfig {
 
   /// Bytes a cache built from this config owns, computed without allocating
   /// (the one place they are computed: validate() rejects a config whose
-  /// total overflows int64, estimate_memory_bytes() returns it). Per layer
-  /// type present: keys and values [max_batch, kv_heads, slots, head_dim],
-  /// slot_positions [max_batch, slots] and row offsets [max_batch, kv_heads]
-  /// (int64), with slots = capacity + 1 (the scratch slot); plus
-  /// seq_lengths [max_batch]. A quantized cache stores keys and values in
-  /// storage_dtype(), adds a float32 scale per slot, kv head and row to each
-  /// (4 bytes a slot where head_dim elements take head_dim bytes) and owns
-  /// the staging buffer (staging_bytes()). On overflow sets *overflow and
-  /// returns 0.
-  int64_t owned_bytes(bool* overflow) const {
+  /// total overflows int64, estimate_memory() returns them), by where they
+  /// live. Per layer type present: keys and values [max_batch, kv_heads,
+  /// slots, head_dim], slot_positions [max_batch, slots] and row offsets
+  /// [max_batch, kv_heads] (int64), with slots = capacity + 1 (the scratch
+  /// slot); plus seq_lengths [max_batch]. A quantized cache stores keys and
+  /// values in storage_dtype() and adds a float32 scale per slot, kv head
+  /// and row to each (4 bytes a slot where head_dim elements take head_dim
+  /// bytes). Keys, values and scales are host bytes under host_offload,
+  /// device bytes otherwise; bookkeeping and the staging buffers
+  /// (staging_bytes()) are device bytes. On overflow sets *overflow and
+  /// returns zeros.
+  struct Bytes {
+    int64_t device = 0;  ///< on CacheConfig::device
+    int64_t host = 0;    ///< in host memory (host_offload), pinned on CUDA
+  };
+  Bytes owned(bool* overflow) const {
     const int64_t scale = plain_storage() ? 0 : 4;  // float32 per token and kv head
     const int64_t element = static_cast<int64_t>(c10::elementSize(storage_dtype()));
     const int64_t sliding = static_cast<int64_t>(
@@ -276,8 +305,9 @@ struct CacheConfig {
     const std::pair<int64_t, int64_t> kinds[] = {
         {num_layers - sliding, max_len + 1},
         {sliding, sliding > 0 ? sliding_capacity() + 1 : 0}};  // {layers, slots}
-    int64_t total = 0;
-    bool bad = c10::mul_overflows(int64_t{8}, max_batch, &total);  // seq_lengths
+    int64_t book_total = 0;
+    int64_t kv_total = 0;
+    bool bad = c10::mul_overflows(int64_t{8}, max_batch, &book_total);  // seq_lengths
     for (const auto& [layers, slots] : kinds) {
       if (layers == 0) continue;
       int64_t kv = 2 * element;  // keys and values
@@ -290,13 +320,24 @@ struct CacheConfig {
             c10::mul_overflows(book, slots, &book) || c10::mul_overflows(book, max_batch, &book) ||
             c10::mul_overflows(offsets, num_kv_heads, &offsets) ||
             c10::mul_overflows(offsets, max_batch, &offsets) ||
-            c10::add_overflows(total, kv, &total) || c10::add_overflows(total, book, &total) ||
-            c10::add_overflows(total, offsets, &total);
+            c10::add_overflows(kv_total, kv, &kv_total) ||
+            c10::add_overflows(book_total, book, &book_total) ||
+            c10::add_overflows(book_total, offsets, &book_total);
     }
     const int64_t staging = staging_bytes(&bad);
-    bad = bad || c10::add_overflows(total, staging, &total);
+    Bytes out;
+    out.host = host_offload ? kv_total : 0;
+    bad = bad || c10::add_overflows(book_total, staging, &out.device) ||
+          (!host_offload && c10::add_overflows(out.device, kv_total, &out.device));
+    int64_t total = 0;
+    bad = bad || c10::add_overflows(out.device, out.host, &total);
     *overflow = bad;
-    return bad ? 0 : total;
+    return bad ? Bytes{} : out;
+  }
+  /// owned()'s device and host bytes together.
+  int64_t owned_bytes(bool* overflow) const {
+    const Bytes bytes = owned(overflow);
+    return bytes.device + bytes.host;
   }
 };
 

@@ -2,7 +2,8 @@
 // StagingBuffer: one pair of key and value buffers in the compute dtype that
 // every layer of a cache shares, for storage the model cannot read as it is
 // (Note [staging buffer], docs/design.md). A quantized cache dequantizes a
-// layer's views into it in update(); offload will stage fetched rows here.
+// layer's views into one in update(); an offloaded cache streams a layer's
+// attended range into a ring of two (offload.hpp, Note [host offload]).
 //
 // Lifetime: what a layer stages stays valid until the next stage() (the next
 // layer's update()) or release() (the next prepare(), reset or row
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <limits>
 #include <utility>
+#include <vector>
 
 namespace statickv {
 
@@ -41,6 +43,26 @@ class StagingBuffer {
     holder_ = holder;
     stamp_ = stamp;
     return {prefix(keys_, rows, slots), prefix(values_, rows, slots)};
+  }
+
+  /// (holder, stamp) holds the buffer from now on, views made by the caller
+  /// (layout()): whatever was staged before is no longer current.
+  void hold(int64_t holder, uint64_t stamp) {
+    holder_ = holder;
+    stamp_ = stamp;
+  }
+
+  /// The keys and values seen as contiguous [max_batch, heads, slots,
+  /// head_dim] over the start of the same memory (slots <= the buffer's):
+  /// the layout of a layer buffer with `slots` slots, so that one write
+  /// index serves the layer's buffer and the staging buffer alike.
+  std::pair<at::Tensor, at::Tensor> layout(int64_t slots) const {
+    TORCH_CHECK(slots >= 1 && slots <= keys_.size(2), "slots: expected a value in [1, ",
+                keys_.size(2), "] but got ", slots);
+    const std::vector<int64_t> shape = {keys_.size(0), keys_.size(1), slots, keys_.size(3)};
+    const std::vector<int64_t> strides = {keys_.size(1) * slots * keys_.size(3),
+                                          slots * keys_.size(3), keys_.size(3), 1};
+    return {keys_.as_strided(shape, strides, 0), values_.as_strided(shape, strides, 0)};
   }
 
   /// Whether (holder, stamp) staged last and nothing released it since.

@@ -120,6 +120,7 @@ Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t m
   CacheConfig cache_config = model.cache_config(max_batch, max_len);
   cache_config.max_chunk = s.options.prefill_chunk > 0 ? s.chunk : 0;
   cache_config.kv_storage = s.options.kv_storage;
+  cache_config.host_offload = s.options.host_offload;
   if (s.options.cache == CacheKind::kStatic) {
     s.cache = std::make_unique<StaticCache>(cache_config);
   } else {

@@ -84,6 +84,7 @@ Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions options)
   // per row in one step (a sliding layer's ring grows by it).
   config.max_chunk = o.prompt_buckets->round_up(o.prefill_chunk, "prompt_buckets");
   config.kv_storage = o.kv_storage;
+  config.host_offload = o.host_offload;
   TORCH_CHECK(config.max_chunk <= o.max_len, "prompt_buckets: expected the bucket serving a ",
               "full chunk of ", o.prefill_chunk, " tokens to be <= max_len=", o.max_len,
               " but got ", config.max_chunk);

@@ -50,6 +50,7 @@ class ConfigBuilder {
   ConfigBuilder& max_chunk(int64_t n) { return set(c_.max_chunk, n); }
   ConfigBuilder& check_position_values(bool on) { return set(c_.check_position_values, on); }
   ConfigBuilder& kv_storage(KvStorage s) { return set(c_.kv_storage, s); }
+  ConfigBuilder& host_offload(bool on) { return set(c_.host_offload, on); }
   /// One layer per entry: sets num_layers to types.size() as well.
   ConfigBuilder& layer_types(std::vector<LayerType> types) {
     c_.num_layers = static_cast<int64_t>(types.size());

@@ -66,7 +66,8 @@ struct Snapshot {
 };
 
 /// Data pointers of every buffer a cache owns that a user can see: with
-/// quantized storage the scales and the staging buffer too.
+/// quantized storage the scales and the staging buffer too, with host
+/// offload the staging ring's buffers.
 inline std::vector<const void*> addresses(const Cache& cache) {
   std::vector<const void*> out;
   const bool quantized = !cache.config().plain_storage();
@@ -81,6 +82,12 @@ inline std::vector<const void*> addresses(const Cache& cache) {
   if (quantized) {
     out.push_back(cache.staging().keys().data_ptr());
     out.push_back(cache.staging().values().data_ptr());
+  }
+  if (cache.config().host_offload) {
+    for (int slot : {0, 1}) {
+      out.push_back(cache.offload_ring().buffer(slot).keys().data_ptr());
+      out.push_back(cache.offload_ring().buffer(slot).values().data_ptr());
+    }
   }
   out.push_back(cache.seq_lengths().data_ptr());
   return out;

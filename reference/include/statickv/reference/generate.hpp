@@ -52,6 +52,10 @@ struct GenerateOptions {
   /// Static/hybrid caches: the stored type (CacheConfig::kv_storage). A
   /// quantized cache refuses save_prompt and generate_with_prompt_cache.
   KvStorage kv_storage = KvStorage::kCompute;
+  /// Static/hybrid caches: keep the cache's keys and values in host memory,
+  /// two layers' worth staged on the device (CacheConfig::host_offload,
+  /// Note [host offload]). Takes the plain decoder path and compute storage.
+  bool host_offload = false;
   /// Static/hybrid caches: run prefill and decode through a GraphRunner
   /// (batch buckets, prompt-length buckets, attended-length buckets). It
   /// replays CUDA graphs on a GPU and runs the same padded steps eagerly on

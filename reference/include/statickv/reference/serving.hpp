@@ -91,6 +91,9 @@ struct SchedulerOptions {
   AttentionKernel kernel = AttentionKernel::kSdpa;
   /// The cache's stored type (CacheConfig::kv_storage).
   KvStorage kv_storage = KvStorage::kCompute;
+  /// Keep the cache's keys and values in host memory, two layers' worth
+  /// staged on the device (CacheConfig::host_offload, Note [host offload]).
+  bool host_offload = false;
   /// Steps through a GraphRunner (CUDA graphs on a GPU); false: eager steps
   /// at the exact shapes.
   bool bucketed = true;
