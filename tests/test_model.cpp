@@ -413,3 +413,44 @@ TEST_CASE("the fused path is refused with the dynamic cache, naming both options
   CHECK_THROWS_WITH(generate(model, {{1, 2, 3}}, options),
                     Catch::Contains("path: expected plain with cache dynamic"));
 }
+
+TEST_CASE("generation with host offload equals generation with the cache on the device",
+          "[model][offload]") {
+  // Note [host offload]: the same steps over staged copies of the same
+  // buffers, laid out alike, so tokens and logits are bit for bit the same.
+  for (const std::string shape : {"tiny", "tiny-mistral", "tiny-qwen2"}) {
+    const LlamaModel model = make_model(shape);
+    for (bool bucketed : {false, true}) {
+      for (int64_t speculate : {0, 3}) {
+        INFO(shape << (bucketed ? ", bucketed" : ", eager") << ", speculate " << speculate);
+        GenerateOptions options;
+        options.max_new_tokens = 10;
+        options.bucketed = bucketed;
+        options.prefill_chunk = bucketed ? 0 : 4;
+        options.speculate = speculate;
+        options.record_logits = true;
+        const GenerateResult device = generate(model, ragged_prompts(), options);
+        options.host_offload = true;
+        const GenerateResult offloaded = generate(model, ragged_prompts(), options);
+        CHECK(offloaded.tokens == device.tokens);
+        for (size_t r = 0; r < ragged_prompts().size(); ++r) {
+          CHECK(bit_identical(offloaded.logits[r], device.logits[r]));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("host offload is refused with the fused path and quantized storage, naming both",
+          "[model][offload][errors]") {
+  const LlamaModel model = make_model("tiny");
+  GenerateOptions options;
+  options.host_offload = true;
+  options.path = DecodePath::kFused;
+  CHECK_THROWS_WITH(generate(model, {{1, 2, 3}}, options),
+                    Catch::Contains("host_offload") && Catch::Contains("fused rotary write"));
+  options.path = DecodePath::kPlain;
+  options.kv_storage = KvStorage::kInt8;
+  CHECK_THROWS_WITH(generate(model, {{1, 2, 3}}, options),
+                    Catch::Contains("host_offload") && Catch::Contains("kv_storage=int8"));
+}

@@ -274,7 +274,7 @@ enum class Drafter { kLookup, kTarget, kUnrelated };
 
 void require_trace_equals_alone(const std::string& shape, CacheKind cache, uint64_t seed,
                                 bool bucketed = true, int64_t speculate = 0,
-                                Drafter drafter = Drafter::kLookup) {
+                                Drafter drafter = Drafter::kLookup, bool host_offload = false) {
   // One intra-op thread: a model this small gains nothing from two, and
   // LibTorch's spinning workers slow a shared 2-core machine 10x or more.
   at::set_num_threads(1);
@@ -288,6 +288,7 @@ void require_trace_equals_alone(const std::string& shape, CacheKind cache, uint6
   options.token_budget = 12;
   options.bucketed = bucketed;
   options.speculate = speculate;
+  options.host_offload = host_offload;
   if (drafter != Drafter::kLookup) {
     options.draft_model = drafter == Drafter::kTarget ? &model : &unrelated;
   }
@@ -363,6 +364,10 @@ TEST_CASE("serving a random arrival trace gives each request what generating it 
   SECTION("static cache, eager steps at exact shapes (no GraphRunner)") {
     require_trace_equals_alone("tiny", CacheKind::kStatic, 5, /*bucketed=*/false);
   }
+  SECTION("hybrid cache with host offload (Note [host offload])") {
+    require_trace_equals_alone("tiny-qwen2", CacheKind::kHybrid, 7, /*bucketed=*/true, 0,
+                               Drafter::kLookup, /*host_offload=*/true);
+  }
 }
 
 TEST_CASE(
@@ -379,6 +384,10 @@ TEST_CASE(
   }
   SECTION("static cache, eager steps") {
     require_trace_equals_alone("tiny", CacheKind::kStatic, 5, /*bucketed=*/false, 3);
+  }
+  SECTION("static cache with host offload: rollbacks reach the host copy") {
+    require_trace_equals_alone("tiny", CacheKind::kStatic, 5, /*bucketed=*/true, 3,
+                               Drafter::kLookup, /*host_offload=*/true);
   }
   SECTION("speculate + 1 must fit max_chunk") {
     SchedulerOptions options;
