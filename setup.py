@@ -28,7 +28,9 @@ setup(
     ext_modules=[
         CppExtension(
             "statickv._C",
-            sources=["python/csrc/ops.cpp", "python/csrc/bindings.cpp"],
+            # src/offload.cpp: host offload's CPU factories, which the caches'
+            # constructors call (a CUDA device needs the CMake build's CUDA parts).
+            sources=["python/csrc/ops.cpp", "python/csrc/bindings.cpp", "src/offload.cpp"],
             include_dirs=[str(ROOT / "include"), str(ROOT / "python/csrc")],
             extra_compile_args=["-O2", "-std=c++17"],
         )

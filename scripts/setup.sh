@@ -63,7 +63,7 @@ if ! "$VENV/bin/python" -c 'import pytest, wheel' >/dev/null 2>&1; then
   echo "== pip install pytest wheel (the Python package's build and tests)"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check pytest wheel
 fi
-statickv_py_hash=$(find pyproject.toml setup.py include/statickv python/csrc python/statickv \
+statickv_py_hash=$(find pyproject.toml setup.py include/statickv python/csrc python/statickv src/offload.cpp \
   -type f \( -name '*.py' -o -name '*.cpp' -o -name '*.hpp' -o -name '*.toml' \) | LC_ALL=C sort |
   xargs sha256sum | sha256sum | cut -d' ' -f1)
 STATICKV_PY_STAMP="$VENV/.statickv-python-stamp"

@@ -36,6 +36,7 @@ struct Options {
   std::string save_prompt, load_prompt;  // prompt-cache files
   std::string path = "plain";            // --path: the decoder layer
   std::string kv_dtype;                  // --kv-dtype: the cache's stored type
+  bool offload = false;                  // --offload: the cache in host memory
   int threads = 0;
   int64_t batch = 4, prompt_len = 32, max_new_tokens = 32, top_k = 0, prefill_chunk = 0, seed = 0;
   double temperature = 0.0;
@@ -95,6 +96,7 @@ void check_combinations(Options& o, const apps::Flags& flags) {
     throw FlagError("--path: expected plain with --kv-dtype " + o.kv_dtype +
                     " (the fused rotary write serves plain storage) but got fused");
   }
+  apps::check_offload_flags(o.offload, o.kv_dtype, o.path, o.cache, o.tp.tp);
   if (o.cache == "dynamic" && quantized) {
     throw FlagError(
         "--kv-dtype: expected compute with --cache dynamic (it stores the compute "
@@ -128,6 +130,7 @@ Options parse(int argc, char** argv) {
   flags.add_device(&o.device);
   flags.add_dtype(&o.dtype, at::kBFloat16);
   flags.add_kv_dtype(&o.kv_dtype);
+  flags.add_offload(&o.offload);
   flags.add_threads(&o.threads);
   flags.add_choice("--cache C", &o.cache, {"static", "hybrid", "dynamic"},
                    "static, hybrid or dynamic (default: static for all-full models, hybrid when "
@@ -361,7 +364,12 @@ void report(const char* name, const GenerateResult& r) {
   const double tps = r.decode_seconds > 0 ? decode_tokens(r) / r.decode_seconds : 0.0;
   fmt::print("{:<8} prefill {:>9.2f} ms | decode {:>8.2f} ms/step {:>9.1f} tok/s | cache {}\n",
              name, r.prefill_seconds * 1e3, ms, tps, bytes(r.cache_bytes));
-  if (r.staging_bytes > 0) {
+  if (r.host_cache_bytes > 0) {
+    fmt::print("{:<8} of the cache: {} in host memory (offloaded keys and values), {} on the "
+               "device (staging ring of two layers {}, bookkeeping)\n",
+               "", bytes(r.host_cache_bytes), bytes(r.cache_bytes - r.host_cache_bytes),
+               bytes(r.staging_bytes));
+  } else if (r.staging_bytes > 0) {
     fmt::print("{:<8} of the cache: staging buffer {} (one layer, compute dtype)\n", "",
                bytes(r.staging_bytes));
   }
@@ -426,6 +434,7 @@ GenerateOptions generate_options(const Options& o, const ModelConfig& config, bo
   options.record_logits = compare;
   options.stop_at_eos = !o.ignore_eos;
   options.kv_storage = apps::parse_kv_storage(o.kv_dtype);
+  options.host_offload = o.offload;
   options.cache = o.cache.empty() ? (config.has_sliding() ? CacheKind::kHybrid : CacheKind::kStatic)
                                   : parse_cache_kind(o.cache);
   options.on_step = o.text.given() ? nullptr : progress();  // text streams to stdout
@@ -478,6 +487,7 @@ void write_json(const std::string& path, const std::vector<std::vector<int64_t>>
   out["decode_seconds"] = r.decode_seconds;
   out["decode_steps"] = r.decode_steps;
   out["cache_bytes"] = r.cache_bytes;
+  out["cache_host_bytes"] = r.host_cache_bytes;
   if (r.speculation.verify_steps > 0) {
     out["speculation"] = {{"verify_steps", r.speculation.verify_steps},
                           {"drafted", r.speculation.drafted},

@@ -30,6 +30,7 @@ struct Options {
   int64_t max_batch = 8, max_len = 0, prefill_chunk = 0, token_budget = 0, seed = 0;
   int threads = 0;
   bool eager = false;
+  bool offload = false;
   apps::TpFlags tp;
   apps::SpeculationFlags spec;
 };
@@ -45,6 +46,7 @@ Options parse(int argc, char** argv) {
   flags.add_device(&o.device);
   flags.add_dtype(&o.dtype, at::kBFloat16);
   flags.add_kv_dtype(&o.kv_dtype);
+  flags.add_offload(&o.offload);
   flags.add_choice("--cache C", &o.cache, {"static", "hybrid"},
                    "static or hybrid (default: static for all-full models, hybrid when the model "
                    "has sliding layers)");
@@ -115,7 +117,9 @@ SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) 
         positions, s.max_len));
   }
   s.max_batch = o.max_batch;
+  apps::check_offload_flags(o.offload, o.kv_dtype, "plain", s.cache == CacheKind::kStatic ? "static" : "hybrid", o.tp.tp);
   s.kv_storage = apps::parse_kv_storage(o.kv_dtype);
+  s.host_offload = o.offload;
   s.prefill_chunk = o.prefill_chunk;
   if (o.prefill_chunk > s.max_len) {
     throw FlagError(fmt::format("--prefill-chunk: expected at most --max-len={} but got {}",
@@ -160,7 +164,14 @@ serve::TextCodec text_codec(const Options& o) {
 void print_cache_bytes(const Cache& cache) {
   std::fprintf(stderr, "statickv-serve: cache %lld bytes (kv-dtype %s)\n",
                static_cast<long long>(cache.memory_bytes()), to_string(cache.config().kv_storage));
-  if (!cache.config().plain_storage()) {
+  if (cache.config().host_offload) {
+    std::fprintf(stderr,
+                 "statickv-serve: of which %lld bytes in host memory (offloaded keys and values), "
+                 "%lld on the device (staging ring of two layers %lld)\n",
+                 static_cast<long long>(cache.host_memory_bytes()),
+                 static_cast<long long>(cache.device_memory_bytes()),
+                 static_cast<long long>(cache.staging_bytes()));
+  } else if (!cache.config().plain_storage()) {
     std::fprintf(stderr, "statickv-serve: of which staging buffer %lld bytes (one layer)\n",
                  static_cast<long long>(cache.staging_bytes()));
   }

@@ -520,8 +520,9 @@ class Cache {
   /// The ring of two staging buffers an offloaded cache's views live in
   /// (Note [host offload]); undefined (no tensors) without host offload.
   const detail::OffloadRing& offload_ring() const { return offload_; }
-  /// Bytes of the staging buffer (0 for plain storage); part of memory_bytes().
-  int64_t staging_bytes() const { return staging_.nbytes(); }
+  /// Bytes of the staging buffers (0 for plain storage, the ring's two
+  /// with host offload); part of device_memory_bytes().
+  int64_t staging_bytes() const { return staging_.nbytes() + offload_.nbytes(); }
 
   /// Position stored in each slot of a layer, -1 = empty: [max_batch, capacity].
   at::Tensor slot_positions(int64_t layer) const {

@@ -103,3 +103,28 @@ def test_cache_write_op_checks_shapes_even_on_meta_tensors():
                                        torch.empty(3, dtype=torch.long, device="meta"))
     schema = str(torch.ops.statickv.cache_write.default._schema)
     assert "Tensor(a!) keys" in schema and "Tensor(b!) values" in schema
+
+
+def test_host_offload_stages_views_and_splits_device_and_host_bytes():
+    plain = statickv.HybridCache(small_config(layer_types=statickv.all_sliding(2),
+                                              sliding_window=4))
+    cache = statickv.HybridCache(small_config(layer_types=statickv.all_sliding(2),
+                                              sliding_window=4, host_offload=True))
+    assert cache.host_memory_bytes() > 0 and plain.host_memory_bytes() == 0
+    assert cache.memory_bytes() == cache.device_memory_bytes() + cache.host_memory_bytes()
+    assert cache.memory_bytes() == statickv.estimate_memory_bytes(cache.config)
+    positions = torch.tensor([[0, 1, 2], [0, 1, -1]])
+    steps = [c.prepare(positions, 2) for c in (plain, cache)]
+    for layer in range(2):
+        key, value = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 4)
+        want = plain.update(layer, key, value, steps[0])
+        got = cache.update(layer, key, value, steps[1])
+        assert got[0].data_ptr() != cache.keys(layer).data_ptr()  # a staging buffer
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        assert torch.equal(cache.keys(layer), plain.keys(layer))  # the host copy
+
+
+def test_host_offload_with_quantized_storage_is_refused_naming_both():
+    config = small_config(kv_storage=statickv.KvStorage.INT8, host_offload=True)
+    with pytest.raises(RuntimeError, match="host_offload.*kv_storage=int8"):
+        config.validate()

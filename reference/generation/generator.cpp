@@ -419,6 +419,7 @@ GenerateResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     result.decode_seconds = seconds_since(start, device);
     result.cache_bytes = s.cache ? s.cache->memory_bytes() : dynamic->memory_bytes();
     result.staging_bytes = s.cache ? s.cache->staging_bytes() : 0;
+    result.host_cache_bytes = s.cache ? s.cache->host_memory_bytes() : 0;
   }
   // Outside inference mode: the caller gets ordinary tensors.
   result.tokens = std::move(rows.tokens);

@@ -172,6 +172,30 @@ inline KvStorage parse_kv_storage(const std::string& kv_dtype) {
   return KvStorage::kCompute;
 }
 
+/// --offload against the flags it does not combine with, naming both:
+/// quantized --kv-dtype, --path fused, --cache dynamic and --tp (not yet
+/// tested together; docs/offload.md).
+inline void check_offload_flags(bool offload, const std::string& kv_dtype,
+                                const std::string& path, const std::string& cache, int64_t tp) {
+  if (!offload) return;
+  if (parse_kv_storage(kv_dtype) != KvStorage::kCompute) {
+    throw FlagError("--kv-dtype: expected compute with --offload (offloaded storage holds the "
+                    "compute dtype) but got " + kv_dtype);
+  }
+  if (path == "fused") {
+    throw FlagError("--path: expected plain with --offload (the fused rotary write targets "
+                    "device buffers) but got fused");
+  }
+  if (cache == "dynamic") {
+    throw FlagError("--cache: expected static or hybrid with --offload (it offloads a "
+                    "preallocated cache) but got dynamic");
+  }
+  if (tp > 1) {
+    throw FlagError("--tp: expected 1 with --offload (tensor parallel offload is not tested "
+                    "yet) but got " + std::to_string(tp));
+  }
+}
+
 /// "fp32", "fp16", "bf16" (else LibTorch's name).
 inline std::string dtype_name(at::ScalarType dtype) {
   switch (dtype) {
@@ -271,6 +295,14 @@ class Flags {
                "stored type of the KV cache: compute (the --dtype, default), int8 or fp8 (e4m3), "
                "one scale per token and kv head; the views are dequantized into one staging "
                "buffer");
+  }
+  /// --offload: the cache's keys and values in host memory (pinned on
+  /// CUDA), two layers' worth staged on the device (CacheConfig::
+  /// host_offload); check_offload_flags() refuses what it does not serve.
+  void add_offload(bool* target) {
+    add_switch("--offload", target,
+               "keep the KV cache in host memory (pinned on cuda) and stream each layer's "
+               "attended range into two device staging buffers (CacheConfig::host_offload)");
   }
   /// A file the program will write (--json FILE): one whose folder does not
   /// exist is refused when parsing, not after the run.

@@ -96,6 +96,8 @@ struct GenerateResult {
   int64_t decode_steps = 0;
   int64_t cache_bytes = 0;       ///< static/hybrid: allocated; dynamic: held at the end
   int64_t staging_bytes = 0;     ///< quantized storage: the staging buffer (part of cache_bytes)
+                                 ///< host offload: the staging ring
+  int64_t host_cache_bytes = 0;  ///< host offload: keys and values in host memory (of cache_bytes)
   int64_t restored_tokens = 0;   ///< generate_with_prompt_cache: prompt tokens restored
   int64_t prefilled_tokens = 0;  ///< prompt tokens prefilled (all of them without a cache file)
   double restore_seconds = 0;  ///< generate_with_prompt_cache: restoring the row (file read apart)
