@@ -6,7 +6,7 @@ usage: report.py [RESULTS_DIR] [--title TEXT] [--plots-only] [--roofline FILE --
 Reads whichever of these RESULTS_DIR holds (scripts/demo.sh writes them):
   decode_step.json  model_decode.json  prompt_lengths.json  context_length.json
   write_cost.json   memory.json        hf_compare.json   hf_seeds.json   serving.json
-  speculative.json
+  speculative.json  offload.json
   hf_smollm2.json   smollm2_agreement.json   smollm2_decode_b8.json  smollm2_decode_b64.json
 and chat.txt (statickv-demo's SmolLM2 answers, shown as printed), and writes
 RESULTS_DIR/REPORT.md: one section per benchmark with its table,
@@ -341,6 +341,24 @@ def speculative(d, plots):
                "tokens identical to plain"], rows)])
 
 
+def offload(d, plots):
+    rows = []
+    for c in d["cells"]:
+        hidden = c["copy_hidden_fraction"]
+        rows.append([str(c["batch"]), str(c["context"]), f"{c['tokens_per_s_device']:.1f}",
+                     f"{c['tokens_per_s_offload']:.1f}", rt(c["offload_over_device"]),
+                     f"{c['bytes_in_per_step'] / 1e6:.1f}", f"{100 * c['link_fraction']:.1f}%",
+                     "n/a" if hidden is None else f"{100 * hidden:.1f}%",
+                     f"{c['pin_seconds']:.2f}"])
+    return "\n\n".join([
+        f"Decode with the cache offloaded to host memory against the same cache on the device, "
+        f"{d['shape']} {d['dtype']}, {'CUDA graphs' if d['graphs'] else 'eager'} (BENCHMARKS.md "
+        f"item 16). Link: host-to-device {d['link_h2d_Bps'] / 1e9:.1f} GB/s, device-to-host "
+        f"{d['link_d2h_Bps'] / 1e9:.1f} GB/s.",
+        table(["batch", "context", "device tok/s", "offload tok/s", "offload / device step",
+               "MB in per step", "of link", "copy hidden", "pin s"], rows)])
+
+
 def hf_seeds(d, plots):
     rows = []
     for e in d["shapes"]:
@@ -435,6 +453,7 @@ SECTIONS = [
     ("memory", "Memory: hybrid vs all-full", memory),
     ("serving", "Continuous batching vs static batching", serving),
     ("speculative", "Speculative decoding vs plain decoding", speculative),
+    ("offload", "Host offload against the device cache", offload),
     ("hf_smollm2", "SmolLM2-135M against Hugging Face transformers", hf_smollm2),
     ("smollm2_agreement", "SmolLM2: bf16 and fp16 answers against fp32", smollm2_agreement),
     ("smollm2_decode_b8", "SmolLM2-135M shape (random weights): decode at batch 1 and 8",

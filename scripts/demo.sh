@@ -12,7 +12,7 @@
 #   --device     auto (default: cuda when LibTorch sees a GPU), cpu or cuda
 #   --dtype T    fp32, fp16 or bf16 for every benchmark (default: each one's own)
 #   --threads N  CPU threads for LibTorch and the Hugging Face side (default: all)
-#   --only LIST  comma-separated subset of: chat,smollm2,model,decode,prompts,context,hf,write,memory,serving,speculative
+#   --only LIST  comma-separated subset of: chat,smollm2,model,decode,prompts,context,hf,write,memory,serving,speculative,offload
 #                (chat: the SmolLM2 questions; smollm2: SmolLM2 against transformers;
 #                agreement: bf16/fp16 answers against fp32, always in --full)
 #   --no-hf      skip the Hugging Face comparison
@@ -79,6 +79,7 @@ if [ "$device" = cuda ]; then
     smollm2=(--batches 1,8,64 --new-tokens 64 --rounds 5)
     serving=(--shape llama-3.2-1b --dtype bf16 --requests 200 --rate 30 --max-batch 16 --max-len 1024 --max-prompt 512 --max-new 256)
     speculative=(--rounds 5 --max-new 96)
+    offload=(--rounds 5 --calls 2)  # the 8B sweep: batch 1 at 4k..128k, 16 at 4k..16k
   else
     model=(--shape llama-3.2-1b --dtype bf16 --context 1024 --max-len 2048 --rounds 10 --calls 5)
     decode=(--rounds 15 --calls 5)
@@ -89,6 +90,7 @@ if [ "$device" = cuda ]; then
     smollm2=(--batches 1,8 --new-tokens 32 --rounds 3)
     serving=(--shape llama-3.2-1b --dtype bf16 --requests 64 --rate 30 --max-batch 16 --max-len 1024 --max-prompt 256 --max-new 128)
     speculative=(--rounds 2 --max-new 64)
+    offload=(--shape llama-3.2-1b --cells 1x4096,1x32768,16x4096 --rounds 3 --calls 2)
   fi
 else
   if [ "$mode" = full ]; then
@@ -101,6 +103,7 @@ else
     smollm2=(--batches 1,8 --new-tokens 32 --rounds 5 --compile)
     serving=(--shape small --requests 200 --rate 20)
     speculative=(--rounds 5 --max-new 96)
+    offload=(--rounds 15 --calls 2)
   else
     model=(--shape small --context 1024 --max-len 2048 --rounds 10 --calls 3)
     decode=(--rounds 25 --calls 3)
@@ -111,6 +114,7 @@ else
     smollm2=(--batches 1,8 --new-tokens 16 --rounds 2)
     serving=(--shape tiny --requests 40 --rate 20)
     speculative=(--rounds 2 --max-new 64)
+    offload=(--rounds 5 --calls 2)
   fi
 fi
 
@@ -141,6 +145,7 @@ want serving && run serving "$BENCH/statickv_bench_serving" "${common[@]}" "${se
 spec_model=(--shape tiny)
 [ -f "$SMOLLM2/convert.stamp.json" ] && spec_model=(--checkpoint "$SMOLLM2")
 want speculative && run speculative "$BENCH/statickv_bench_speculative" "${common[@]}" "${spec_model[@]}" "${speculative[@]}" "${typed[@]}" --json "$RESULTS/speculative.json"
+want offload && run offload "$BENCH/statickv_bench_offload" "${common[@]}" "${offload[@]}" "${typed[@]}" --json "$RESULTS/offload.json"
 if ((hf)) && want hf; then
   if "$PY" -c 'import transformers' 2>/dev/null; then
     run hf_compare "$PY" "$STATICKV_ROOT/benchmarks/hf_compare.py" --exe "$BUILD_DIR/apps/statickv-serve" \

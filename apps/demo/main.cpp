@@ -450,10 +450,11 @@ void print_header(const Options& o, const Loaded& run, at::Device device, at::Sc
              config.num_attention_heads, config.num_key_value_heads, config.head_dim,
              apps::dtype_name(dtype), device.str());
   fmt::print(
-      "{} prompts (longest {} tokens), {} new tokens each, {}; prefill {}{}; {} decoder layers\n",
+      "{} prompts (longest {} tokens), {} new tokens each, {}; prefill {}{}; {} decoder layers{}\n",
       run.prompts.size(), longest, o.max_new_tokens, o.temperature > 0 ? "sampling" : "greedy",
       chunk >= longest ? std::string("in one pass") : fmt::format("in passes of {} tokens", chunk),
-      compare ? " (both runs)" : "", o.path);
+      compare ? " (both runs)" : "", o.path,
+      o.offload ? "; KV cache offloaded to host memory (--offload)" : "");
 }
 
 void print_ids(const GenerateResult& result) {

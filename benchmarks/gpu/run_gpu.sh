@@ -15,6 +15,8 @@
 #   gpu_results.tar.gz results/gpu/: every benchmark's JSON and log
 #   roofline.json      issue 15's summary (benchmarks/report.py --roofline): copy
 #                      it to benchmarks/results/<gpu>/roofline.json
+#   offload.json       issue 20's (statickv_bench_offload, with the commit): copy
+#                      it to benchmarks/results/<gpu>/offload.json
 # Afterwards, on the CPU machine: tar xzf gpu_results.tar.gz, then
 # `python3 benchmarks/report.py results/gpu` draws the plots (gnuplot).
 #
@@ -22,7 +24,8 @@
 # with too little of the budget left is skipped (and says so): build, [cuda]
 # tests, compute-sanitizer memcheck of the [memcheck] tests, model decode
 # (batch prefix, graphs, bandwidth, plain vs fused path, kernels per layer),
-# the 8B shape at batch 1 (plain vs fused), decode against transformers'
+# the 8B shape at batch 1 (plain vs fused), host offload against the device
+# cache (issue 20: the 8B shape, 4k..128k), decode against transformers'
 # compiled static cache at batch 1 and 16 (issue 15's roofline), SmolLM2-shaped
 # decode at batch 1, 8 and 64, prompt lengths,
 # context length, write cost, attention-stack decode, memory (the short
@@ -153,6 +156,7 @@ if ((dry)); then
   write=(--rounds 3 --calls 5)
   decode=(--rounds 3 --calls 2)
   smollm2=(--shape tiny --dtype fp32 --context 32 --max-len 64 --rounds 2 --calls 2)
+  offload=(--shape tiny --dtype fp32 --cells 1x64,2x32 --rounds 2 --calls 1)
   serving=(--shape tiny --requests 20 --rate 50 --max-len 256 --max-prompt 64 --max-new 32)
 else
   # --fused: every variant beside its fused twin, and the kernels of a
@@ -173,6 +177,9 @@ else
   # SmolLM2-135M's shape with random weights (the real ones cannot travel):
   # batch 1 and 8 (--max-batch 8), batch 64 (--max-batch 64), bf16, graphs.
   smollm2=(--shape smollm2-135m --dtype bf16 --context 512 --max-len 1024 --rounds 10 --calls 10)
+  # Issue 20: the 8B shape, batch 1 at 4k..128k and batch 16 at 4k..16k
+  # (the default cells; at most 32 GiB pinned), CUDA graphs.
+  offload=(--shape llama-3.1-8b --dtype bf16 --rounds 5 --calls 2)
   serving=(--shape llama-3.2-1b --dtype bf16 --requests 200 --rate 30 --max-batch 16 --max-len 1024
            --max-prompt 512 --max-new 256)
 fi
@@ -181,6 +188,15 @@ have "$B/statickv_bench_model" &&
 have "$B/statickv_bench_model" &&
   stage model_decode_8b 45 75 "$B/statickv_bench_model" --device "$DEV" "${model8b[@]}" \
     --json "$RES/model_decode_8b.json"
+# Issue 20: decode with the cache offloaded to pinned host memory against
+# the device cache, and the link's own bandwidth; summary copied to $OUT.
+if have "$B/statickv_bench_offload"; then
+  stage offload 60 150 "$B/statickv_bench_offload" --device "$DEV" "${offload[@]}" \
+    --json "$RES/offload.json"
+  [ -f "$RES/offload.json" ] && "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1]));
+d["commit"] = sys.argv[2]; json.dump(d, open(sys.argv[3], "w"), indent=2)' \
+    "$RES/offload.json" "$(git rev-parse HEAD 2>/dev/null || echo unknown)" "$OUT/offload.json"
+fi
 hf_python  # transformers for the Hugging Face stages (below)
 # Issue 15: decode tokens/s at batch 1 and 16, transformers' static cache with
 # its compiled decode step against statickv-demo (plain and fused), and
