@@ -42,7 +42,8 @@ std::vector<Cell> parse_cells(const std::string& text) {
     const size_t x = item.find('x');
     Cell c;
     try {
-      if (x != std::string::npos) c = {std::stoll(item.substr(0, x)), std::stoll(item.substr(x + 1))};
+      if (x != std::string::npos)
+        c = {std::stoll(item.substr(0, x)), std::stoll(item.substr(x + 1))};
     } catch (const std::exception&) {
       c = Cell{};  // refused below
     }
@@ -106,7 +107,8 @@ Subject make_subject(const reference::LlamaModel& model, const Cell& cell, bool 
   s.cache = std::make_unique<StaticCache>(config);
   s.build_seconds = seconds_since(start, config.device);
   fill_cache(*s.cache, cell.batch, cell.context);
-  s.backend = std::make_unique<reference::CacheBackend>(*s.cache, reference::AttentionKernel::kSdpa);
+  s.backend =
+      std::make_unique<reference::CacheBackend>(*s.cache, reference::AttentionKernel::kSdpa);
   if (!graphs) return s;
   GraphRunner::Options ro;
   ro.device = config.device;
@@ -149,10 +151,10 @@ Json run_cell(const reference::LlamaModel& model, const Cell& cell, const Link& 
   const at::Tensor ids = at::randint(0, model.config().vocab_size, {cell.batch, 1}, long_opts);
   const at::Tensor pos = at::full({cell.batch, 1}, cell.context, long_opts);
   const int64_t attend = cell.context + 1;
-  const std::vector<Stats> stats = measure_interleaved(
-      {decode_variant("device", model, plain, ids, pos, attend),
-       decode_variant("offload", model, offload, ids, pos, attend)},
-      device, o.rounds, o.calls, 2);
+  const std::vector<Stats> stats =
+      measure_interleaved({decode_variant("device", model, plain, ids, pos, attend),
+                           decode_variant("offload", model, offload, ids, pos, attend)},
+                          device, o.rounds, o.calls, 2);
   const StepBytes bytes = step_bytes(offload.cache->config(), cell.batch, attend);
   const double t_plain = stats[0].median, t_off = stats[1].median;
   const double copy_s = bytes.in / link.h2d + bytes.out / link.d2h;
@@ -162,8 +164,8 @@ Json run_cell(const reference::LlamaModel& model, const Cell& cell, const Link& 
   const double link_fraction = bytes.in / t_off / link.h2d;
   const Stats ratio = paired_ratio(stats[1], stats[0]);
   fmt::print("{:>5} {:>7} {:>10.1f} {:>10.1f}  {:<24} {:>9.1f} {:>8.1f}% {:>9} {:>8.2f} {:>9.0f}\n",
-             cell.batch, cell.context, cell.batch / t_plain, cell.batch / t_off,
-             ratio_text(ratio), bytes.in / 1e6, 100.0 * link_fraction,
+             cell.batch, cell.context, cell.batch / t_plain, cell.batch / t_off, ratio_text(ratio),
+             bytes.in / 1e6, 100.0 * link_fraction,
              overlaps ? fmt::format("{:.1f}%", 100.0 * hidden) : "n/a", offload.build_seconds,
              offload.cache->device_memory_bytes() / 1048576.0);
   return Json::object({{"batch", cell.batch},
@@ -190,8 +192,9 @@ int main(int argc, char** argv) try {
   Flags flags("statickv_bench_offload",
               "decode with the KV cache offloaded to host memory against the device cache");
   flags.add_device(&o.device);
-  add_shape_flag(flags, &o.shape, "model shape, random weights (default: llama-3.1-8b on cuda, "
-                                  "small on cpu)");
+  add_shape_flag(flags, &o.shape,
+                 "model shape, random weights (default: llama-3.1-8b on cuda, "
+                 "small on cpu)");
   flags.add_dtype(&o.dtype, at::kBFloat16);
   flags.add("--cells L", &o.cells,
             "batch x context cells, e.g. 1x4096,16x8192 (default: the 8B sweep on cuda: batch 1 "
@@ -206,15 +209,18 @@ int main(int argc, char** argv) try {
   c10::InferenceMode inference;
   const at::Device device = parse_device(o.device);
   const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kBFloat16);
-  const std::string shape = !o.shape.empty() ? o.shape : device.is_cuda() ? "llama-3.1-8b" : "small";
+  const std::string shape = !o.shape.empty()   ? o.shape
+                            : device.is_cuda() ? "llama-3.1-8b"
+                                               : "small";
   const std::vector<Cell> cells = parse_cells(o.cells.empty() ? default_cells(device) : o.cells);
   const bool graphs = device.is_cuda() && !o.no_graphs;
 
   const Link link = link_bandwidth(device);
-  fmt::print("statickv offload decode: {} {} on {}, {}; link: host-to-device {:.1f} GB/s, "
-             "device-to-host {:.1f} GB/s ({})\n",
-             shape, dtype_name(dtype), device.str(), graphs ? "CUDA graphs" : "eager",
-             link.h2d / 1e9, link.d2h / 1e9, device.is_cuda() ? "pinned, plain copy" : "host copy");
+  fmt::print(
+      "statickv offload decode: {} {} on {}, {}; link: host-to-device {:.1f} GB/s, "
+      "device-to-host {:.1f} GB/s ({})\n",
+      shape, dtype_name(dtype), device.str(), graphs ? "CUDA graphs" : "eager", link.h2d / 1e9,
+      link.d2h / 1e9, device.is_cuda() ? "pinned, plain copy" : "host copy");
   auto model = device.is_cuda() ? device_random_model(shape, dtype, device)
                                 : random_model(shape, dtype, device);
   fmt::print("{:>5} {:>7} {:>10} {:>10}  {:<24} {:>9} {:>9} {:>9} {:>8} {:>9}\n", "batch",

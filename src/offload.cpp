@@ -15,13 +15,15 @@ class CpuCopier final : public OffloadCopier {
     for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
   }
   void wait(int /*slot*/) override {}
+  void drain() override {}
 };
 
 void check_offload_device(const c10::Device& device) {
   TORCH_CHECK(device.is_cpu() || device.is_cuda(),
               "CacheConfig.device: expected cpu or cuda with host_offload but got ", device);
 #ifndef STATICKV_HAS_CUDA
-  TORCH_CHECK(device.is_cpu(), "CacheConfig.host_offload: expected a cpu device in a statickv "
+  TORCH_CHECK(device.is_cpu(),
+              "CacheConfig.host_offload: expected a cpu device in a statickv "
               "built without CUDA (STATICKV_WITH_CUDA=OFF: no pinned host buffers) but got ",
               device);
 #endif

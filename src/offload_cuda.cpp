@@ -7,10 +7,12 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstring>
 #include <memory>
 
@@ -32,7 +34,8 @@ Copy2D plan_copy(const at::Tensor& t) {
   TORCH_CHECK(t.dim() == 4 && t.stride(3) == 1 && t.stride(2) == t.size(3) &&
                   t.stride(0) == t.size(1) * t.stride(1) && t.stride(1) >= t.size(2) * t.size(3),
               "offload copy: expected a [rows, heads, n, head_dim] prefix of a contiguous buffer "
-              "but got sizes ", t.sizes(), " and strides ", t.strides());
+              "but got sizes ",
+              t.sizes(), " and strides ", t.strides());
   return Copy2D{static_cast<size_t>(t.stride(1) * element),
                 static_cast<size_t>(t.size(2) * t.size(3) * element),
                 static_cast<size_t>(t.size(0) * t.size(1))};
@@ -41,7 +44,10 @@ Copy2D plan_copy(const at::Tensor& t) {
 class CudaCopier final : public OffloadCopier {
  public:
   explicit CudaCopier(const c10::Device& device)
-      : device_(checked(device)), side_(c10::cuda::getStreamFromPool(false, device.index())) {}
+      : device_(checked(device)), side_(c10::cuda::getStreamFromPool(true, device.index())) {}
+  CudaCopier(const CudaCopier&) = delete;
+  CudaCopier& operator=(const CudaCopier&) = delete;
+  ~CudaCopier() override { (void)cudaStreamSynchronize(side_); }
 
   static const c10::Device& checked(const c10::Device& device) {
     TORCH_CHECK(device.is_cuda() && device.has_index(),
@@ -65,18 +71,39 @@ class CudaCopier final : public OffloadCopier {
                                        from.width, from.height, cudaMemcpyHostToDevice, side_));
     }
     done_[static_cast<size_t>(slot)].record(side_);
+    pending_[static_cast<size_t>(slot)] = Pending{true, capturing()};
   }
 
   void wait(int slot) override {
     const c10::cuda::CUDAGuard guard(device_);
     done_[static_cast<size_t>(slot)].block(c10::cuda::getCurrentCUDAStream(device_.index()));
+    pending_[static_cast<size_t>(slot)] = Pending{};
+  }
+
+  // Only a copy recorded in the same mode: a capture cannot wait on an
+  // event recorded outside it (nor an eager stream on one inside it).
+  void drain() override {
+    for (int slot = 0; slot < 2; ++slot) {
+      const Pending& p = pending_[static_cast<size_t>(slot)];
+      if (p.issued && p.captured == capturing()) wait(slot);
+    }
   }
 
  private:
+  struct Pending {
+    bool issued = false;    // copied in, not yet waited for
+    bool captured = false;  // recorded while the caller's stream was capturing
+  };
+
+  static bool capturing() {
+    return c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
+  }
+
   c10::Device device_;
   c10::cuda::CUDAStream side_;
   at::cuda::CUDAEvent fork_;
   std::array<at::cuda::CUDAEvent, 2> done_;
+  std::array<Pending, 2> pending_;
 };
 
 }  // namespace
@@ -91,8 +118,8 @@ HostBuffer cuda_host_buffer(at::IntArrayRef shape, at::ScalarType dtype,
   for (int64_t n : shape) numel *= n;
   const size_t bytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
   void* host = nullptr;
-  C10_CUDA_CHECK(cudaHostAlloc(&host, bytes == 0 ? 1 : bytes,
-                               cudaHostAllocMapped | cudaHostAllocPortable));
+  C10_CUDA_CHECK(
+      cudaHostAlloc(&host, bytes == 0 ? 1 : bytes, cudaHostAllocMapped | cudaHostAllocPortable));
   std::memset(host, 0, bytes);
   std::shared_ptr<void> owner(host, [](void* p) { (void)cudaFreeHost(p); });
   void* mapped = nullptr;

@@ -22,8 +22,12 @@ using namespace statickv::test;
 TEST_CASE("an offloaded cache equals the plain cache over random sessions", "[offload]") {
   const CacheConfig static_config = ConfigBuilder().max_batch(4).max_len(24).max_chunk(5);
   const CacheConfig hybrid_config =
-      ConfigBuilder().max_batch(4).max_len(24).layer_types(
-          {LayerType::kSliding, LayerType::kFull, LayerType::kSliding}).sliding_window(4).max_chunk(3);
+      ConfigBuilder()
+          .max_batch(4)
+          .max_len(24)
+          .layer_types({LayerType::kSliding, LayerType::kFull, LayerType::kSliding})
+          .sliding_window(4)
+          .max_chunk(3);
   for (uint64_t seed : {1, 2, 3}) {
     SECTION("static, seed " + std::to_string(seed)) { random_session(static_config, seed, 45); }
     SECTION("hybrid, seed " + std::to_string(seed)) { random_session(hybrid_config, seed, 45); }
@@ -31,8 +35,7 @@ TEST_CASE("an offloaded cache equals the plain cache over random sessions", "[of
 }
 
 TEST_CASE("a half-precision offloaded cache equals the plain cache", "[offload]") {
-  random_session(ConfigBuilder().max_batch(3).max_len(16).dtype(at::kBFloat16).hybrid(4, 4), 7,
-                 30);
+  random_session(ConfigBuilder().max_batch(3).max_len(16).dtype(at::kBFloat16).hybrid(4, 4), 7, 30);
 }
 
 TEST_CASE("an offloaded cache's views are its staging ring, valid until the next layer's update",
@@ -81,9 +84,9 @@ TEST_CASE("bad input to an offloaded cache changes nothing", "[offload]") {
   const Snapshot before(cache);
   const std::vector<const void*> addresses_before = addresses(cache);
   REQUIRE_THROWS_WITH(cache.prepare(positions({0}), 3), Catch::Contains("live_batch"));
-  REQUIRE_THROWS_WITH(cache.update(0, at::randn({2, kKvHeads, 2, kDim}),
-                                   at::randn({2, kKvHeads, 2, kDim}), step),
-                      Catch::Contains("key: expected shape"));
+  REQUIRE_THROWS_WITH(
+      cache.update(0, at::randn({2, kKvHeads, 2, kDim}), at::randn({2, kKvHeads, 2, kDim}), step),
+      Catch::Contains("key: expected shape"));
   REQUIRE_THROWS_WITH(cache.reorder(positions({0, 2})), Catch::Contains("indices[1]"));
   REQUIRE_THROWS_WITH(cache.rollback(std::vector<int64_t>{4}), Catch::Contains("new_lengths[0]"));
   REQUIRE(before.same_as(cache));
@@ -112,9 +115,8 @@ TEST_CASE("an offloaded cache's device bytes are the staging ring and bookkeepin
 TEST_CASE("host offload refuses the combinations it does not serve, naming both options",
           "[offload][config]") {
   CacheConfig quantized = ConfigBuilder().kv_storage(KvStorage::kInt8).host_offload(true);
-  REQUIRE_THROWS_WITH(quantized.validate(),
-                      Catch::Contains("CacheConfig.host_offload") &&
-                          Catch::Contains("kv_storage=int8"));
+  REQUIRE_THROWS_WITH(quantized.validate(), Catch::Contains("CacheConfig.host_offload") &&
+                                                Catch::Contains("kv_storage=int8"));
   const CacheConfig config = ConfigBuilder().host_offload(true);
   REQUIRE_THROWS_WITH(statickv::detail::check_rotary_config(config),
                       Catch::Contains("host_offload") && Catch::Contains("fused rotary write"));

@@ -365,10 +365,11 @@ void report(const char* name, const GenerateResult& r) {
   fmt::print("{:<8} prefill {:>9.2f} ms | decode {:>8.2f} ms/step {:>9.1f} tok/s | cache {}\n",
              name, r.prefill_seconds * 1e3, ms, tps, bytes(r.cache_bytes));
   if (r.host_cache_bytes > 0) {
-    fmt::print("{:<8} of the cache: {} in host memory (offloaded keys and values), {} on the "
-               "device (staging ring of two layers {}, bookkeeping)\n",
-               "", bytes(r.host_cache_bytes), bytes(r.cache_bytes - r.host_cache_bytes),
-               bytes(r.staging_bytes));
+    fmt::print(
+        "{:<8} of the cache: {} in host memory (offloaded keys and values), {} on the "
+        "device (staging ring of two layers {}, bookkeeping)\n",
+        "", bytes(r.host_cache_bytes), bytes(r.cache_bytes - r.host_cache_bytes),
+        bytes(r.staging_bytes));
   } else if (r.staging_bytes > 0) {
     fmt::print("{:<8} of the cache: staging buffer {} (one layer, compute dtype)\n", "",
                bytes(r.staging_bytes));

@@ -119,7 +119,8 @@ class Cache {
   explicit Cache(CacheConfig config) : config_(std::move(config)) {
     config_.validate();
     // A "cuda" device without an index becomes the device actually used.
-    seq_lengths_ = at::zeros({config_.max_batch}, at::TensorOptions().dtype(at::kLong).device(config_.device));
+    seq_lengths_ =
+        at::zeros({config_.max_batch}, at::TensorOptions().dtype(at::kLong).device(config_.device));
     config_.device = seq_lengths_.device();
     const auto long_opts = at::TensorOptions().dtype(at::kLong).device(config_.device);
     const auto data_opts = at::TensorOptions().dtype(config_.dtype).device(config_.device);
@@ -367,7 +368,8 @@ class Cache {
     retire_plan();
     generation_ = detail::next_generation();
     if (src == dst) return;
-    for_each_row_tensor([&](at::Tensor& t, int64_t) { store_copy(t.select(0, dst), t.select(0, src)); });
+    for_each_row_tensor(
+        [&](at::Tensor& t, int64_t) { store_copy(t.select(0, dst), t.select(0, src)); });
   }
 
   /// Beam-search reorder in place: row i becomes old row indices[i], for
@@ -591,9 +593,12 @@ class Cache {
     check_staged(layer, step);
     const bool plain = config_.plain_storage();
     const bool offload = config_.host_offload;
-    const detail::StagedLayout* staged = offload ? &offload_.layout(layer, (*layer_group_)[l]) : nullptr;
+    const detail::StagedLayout* staged =
+        offload ? &offload_.layout(layer, (*layer_group_)[l]) : nullptr;
     const at::Tensor& key_buffer = offload ? staged->keys : plain ? keys_[l] : staging_.keys();
-    const at::Tensor& value_buffer = offload ? staged->values : plain ? values_[l] : staging_.values();
+    const at::Tensor& value_buffer = offload ? staged->values
+                                     : plain ? values_[l]
+                                             : staging_.values();
     for (const auto& [name, view, buffer] :
          {std::make_tuple("kv.keys", kv.keys, key_buffer),
           std::make_tuple("kv.values", kv.values, value_buffer)}) {
@@ -1011,7 +1016,8 @@ class Cache {
       dst.copy_(src);
       return;
     }
-    const at::Tensor all = at::arange(dst.size(0), at::TensorOptions().dtype(at::kLong).device(dst.device()));
+    const at::Tensor all =
+        at::arange(dst.size(0), at::TensorOptions().dtype(at::kLong).device(dst.device()));
     dst.index_copy_(0, all, src);
   }
 

@@ -252,10 +252,11 @@ struct CacheConfig {
         " (quantized storage takes a Float, Half or BFloat16 compute dtype) but got "
         "kv_storage=",
         kv_storage);
-    TORCH_CHECK(!host_offload || plain_storage(),
-                "CacheConfig.host_offload: expected false with CacheConfig.kv_storage=", kv_storage,
-                " (offloaded storage holds the compute dtype; use kv_storage=compute to offload, or "
-                "host_offload=false to quantize) but got true");
+    TORCH_CHECK(
+        !host_offload || plain_storage(),
+        "CacheConfig.host_offload: expected false with CacheConfig.kv_storage=", kv_storage,
+        " (offloaded storage holds the compute dtype; use kv_storage=compute to offload, or "
+        "host_offload=false to quantize) but got true");
   }
 
   /// Staging buffers on the device (Note [staging buffer]): none for plain

@@ -40,10 +40,12 @@ struct HostBuffer {
 HostBuffer host_buffer(at::IntArrayRef shape, at::ScalarType dtype, const c10::Device& device);
 
 /// The copies into a ring slot and their ordering. On CUDA copy_in() makes
-/// a side stream wait for the caller's stream, then runs one
-/// cudaMemcpy2DAsync per tensor there and records the slot's event;
-/// wait() makes the caller's stream wait for that event. On the CPU
-/// copy_in() is a copy_ and wait() does nothing.
+/// a side stream (high priority: apart from the pool GraphRunner captures
+/// on) wait for the caller's stream, then runs one cudaMemcpy2DAsync per
+/// tensor there and records the slot's event; wait() makes the caller's
+/// stream wait for that event; the copier's destructor waits for the side
+/// stream, so no copy outlives the buffers. On the CPU copy_in() is a copy_
+/// and wait() does nothing.
 class OffloadCopier {
  public:
   virtual ~OffloadCopier() = default;
@@ -52,6 +54,8 @@ class OffloadCopier {
   virtual void copy_in(int slot, const std::array<at::Tensor, 2>& dst,
                        const std::array<at::Tensor, 2>& src) = 0;
   virtual void wait(int slot) = 0;
+  /// The caller's stream waits for every copy_in no wait() has covered.
+  virtual void drain() = 0;
 };
 std::unique_ptr<OffloadCopier> make_offload_copier(const c10::Device& device);
 
@@ -105,10 +109,10 @@ class OffloadRing {
   void prefetch(int64_t layer, int64_t group, uint64_t stamp, int64_t rows, int64_t n,
                 const at::Tensor& host_keys, const at::Tensor& host_values) {
     const int slot = slot_of(layer);
-    buffers_[static_cast<size_t>(slot)].hold(layer, stamp);
     const StagedLayout& staged = layout(layer, group);
     copier_->copy_in(slot, {prefix(staged.keys, rows, n), prefix(staged.values, rows, n)},
                      {prefix(host_keys, rows, n), prefix(host_values, rows, n)});
+    buffers_[static_cast<size_t>(slot)].hold(layer, stamp);
   }
 
   /// The caller's stream waits for layer `layer`'s copy-in.
@@ -124,7 +128,10 @@ class OffloadRing {
 
   /// Nothing staged is current (Note [staging buffer]: views end with
   /// their step).
+  /// A copy-in no update() waited for (a step left before its last layer)
+  /// is waited for first, so nothing writes a slot after its release.
   void release() {
+    copier_->drain();
     for (StagingBuffer& buffer : buffers_) buffer.release();
   }
 

@@ -1,5 +1,5 @@
 // Fuzz target: random sequences of prepare / update / reset_rows / copy_row
-// / reorder / reset on random small configs, valid and invalid arguments
+// / reorder / reset on random small configs (host offload on or off), valid and invalid arguments
 // mixed, checked against a plain model that keeps every token
 // (cache_model.hpp).
 //
@@ -501,6 +501,7 @@ CacheConfig small_config(Input& in) {
       c.layer_types.push_back(in.flip() ? LayerType::kSliding : LayerType::kFull);
     }
   }
+  c.host_offload = in.flip();  // Note [host offload]: the same checks through the staging ring
   return c;
 }
 

@@ -175,24 +175,30 @@ inline KvStorage parse_kv_storage(const std::string& kv_dtype) {
 /// --offload against the flags it does not combine with, naming both:
 /// quantized --kv-dtype, --path fused, --cache dynamic and --tp (not yet
 /// tested together; docs/offload.md).
-inline void check_offload_flags(bool offload, const std::string& kv_dtype,
-                                const std::string& path, const std::string& cache, int64_t tp) {
+inline void check_offload_flags(bool offload, const std::string& kv_dtype, const std::string& path,
+                                const std::string& cache, int64_t tp) {
   if (!offload) return;
   if (parse_kv_storage(kv_dtype) != KvStorage::kCompute) {
-    throw FlagError("--kv-dtype: expected compute with --offload (offloaded storage holds the "
-                    "compute dtype) but got " + kv_dtype);
+    throw FlagError(
+        "--kv-dtype: expected compute with --offload (offloaded storage holds the "
+        "compute dtype) but got " +
+        kv_dtype);
   }
   if (path == "fused") {
-    throw FlagError("--path: expected plain with --offload (the fused rotary write targets "
-                    "device buffers) but got fused");
+    throw FlagError(
+        "--path: expected plain with --offload (the fused rotary write targets "
+        "device buffers) but got fused");
   }
   if (cache == "dynamic") {
-    throw FlagError("--cache: expected static or hybrid with --offload (it offloads a "
-                    "preallocated cache) but got dynamic");
+    throw FlagError(
+        "--cache: expected static or hybrid with --offload (it offloads a "
+        "preallocated cache) but got dynamic");
   }
   if (tp > 1) {
-    throw FlagError("--tp: expected 1 with --offload (tensor parallel offload is not tested "
-                    "yet) but got " + std::to_string(tp));
+    throw FlagError(
+        "--tp: expected 1 with --offload (tensor parallel offload is not tested "
+        "yet) but got " +
+        std::to_string(tp));
   }
 }
 
