@@ -96,7 +96,7 @@ void check_combinations(Options& o, const apps::Flags& flags) {
     throw FlagError("--path: expected plain with --kv-dtype " + o.kv_dtype +
                     " (the fused rotary write serves plain storage) but got fused");
   }
-  apps::check_offload_flags(o.offload, o.kv_dtype, o.path, o.cache, o.tp.tp);
+  apps::check_offload_flags(o.offload, o.kv_dtype, o.path, o.cache);
   if (o.cache == "dynamic" && quantized) {
     throw FlagError(
         "--kv-dtype: expected compute with --cache dynamic (it stores the compute "

@@ -64,16 +64,31 @@ std::string out_file(const std::string& tag) {
       .string();
 }
 
-sr::Weights decode(const std::string& model, int64_t world, bool vocab_parallel) {
+sr::Weights decode(const std::string& model, int64_t world, bool vocab_parallel,
+                   bool offload = false) {
   const std::string out = out_file(model + std::to_string(world));
   const Run run = run_worker("--checkpoint " + checkpoint(model) + " --out " + out + " --tp " +
-                             std::to_string(world) + (vocab_parallel ? " --vocab-parallel" : ""));
+                             std::to_string(world) + (vocab_parallel ? " --vocab-parallel" : "") +
+                             (offload ? " --offload" : ""));
   INFO(run.output);
   REQUIRE(run.status == 0);
   sr::Weights result = sr::read_safetensors(out);
   for (auto& [name, tensor] : result) tensor = tensor.clone();  // before the file goes
   fs::remove(out);
   return result;
+}
+
+// The same greedy ids, and logits within 1e-5 (all-reduce order).
+void require_same_decode(const sr::Weights& sharded, const sr::Weights& single) {
+  REQUIRE(sharded.size() == single.size());
+  for (const auto& [name, tensor] : single) {
+    INFO(name);
+    if (name.rfind("ids_", 0) == 0) {
+      CHECK(at::equal(sharded.at(name), tensor));
+    } else {
+      CHECK(sharded.at(name).sub(tensor).abs().max().item<double>() <= 1e-5);
+    }
+  }
 }
 
 }  // namespace
@@ -85,17 +100,17 @@ TEST_CASE("tensor-parallel greedy decoding equals the single process", "[tp]") {
     for (auto [world, vocab_parallel] : {std::pair{2, false}, std::pair{4, true}}) {
       INFO(model << ", world " << world << (vocab_parallel ? ", vocab-parallel" : ""));
       const sr::Weights sharded = decode(model, world, vocab_parallel);
-      REQUIRE(sharded.size() == single.size());
-      for (const auto& [name, tensor] : single) {
-        INFO(name);
-        if (name.rfind("ids_", 0) == 0) {
-          CHECK(at::equal(sharded.at(name), tensor));
-        } else {
-          CHECK(sharded.at(name).sub(tensor).abs().max().item<double>() <= 1e-5);
-        }
-      }
+      require_same_decode(sharded, single);
     }
   }
+}
+
+TEST_CASE("tensor-parallel decoding with each rank's cache offloaded equals the single process",
+          "[tp][offload]") {
+  // Note [host offload] per rank: each rank offloads its own kv heads.
+  const sr::Weights single = decode("qwen2", 1, false);
+  const sr::Weights sharded = decode("qwen2", 2, false, /*offload=*/true);
+  require_same_decode(sharded, single);
 }
 
 TEST_CASE("a rank that raises mid-step makes every rank exit non-zero with an error", "[tp]") {

@@ -24,7 +24,7 @@ namespace {
 struct Options {
   std::string checkpoint, out;
   int64_t tp = 1, fail_rank = -1, fail_at = 0, max_new_tokens = 8, diverge_rank = -1;
-  bool vocab_parallel = false, die = false;
+  bool vocab_parallel = false, die = false, offload = false;
 };
 
 // A Communicator that fails on purpose: the failure test's way of making a
@@ -68,6 +68,7 @@ Options parse(int argc, char** argv) {
   flags.add("--diverge-rank", &o.diverge_rank,
             "rank whose last prompt is longer (breaks the rank contract; -1: none)", -1, 63);
   flags.add_switch("--vocab-parallel", &o.vocab_parallel, "vocabulary-parallel LM head");
+  flags.add_switch("--offload", &o.offload, "each rank's cache in host memory (host_offload)");
   flags.parse(argc, argv);
   return o;
 }
@@ -100,6 +101,7 @@ void run(const Options& o, const std::optional<sr::Rendezvous>& where) {
   options.max_new_tokens = o.max_new_tokens;
   options.stop_at_eos = false;
   options.record_logits = true;
+  options.host_offload = o.offload;
   const sr::GenerateResult result = sr::generate(model, prompts, options);
   if (where && where->rank != 0) return;
   sr::Weights out;

@@ -173,10 +173,9 @@ inline KvStorage parse_kv_storage(const std::string& kv_dtype) {
 }
 
 /// --offload against the flags it does not combine with, naming both:
-/// quantized --kv-dtype, --path fused, --cache dynamic and --tp (not yet
-/// tested together; docs/offload.md).
+/// quantized --kv-dtype, --path fused and --cache dynamic (docs/offload.md).
 inline void check_offload_flags(bool offload, const std::string& kv_dtype, const std::string& path,
-                                const std::string& cache, int64_t tp) {
+                                const std::string& cache) {
   if (!offload) return;
   if (parse_kv_storage(kv_dtype) != KvStorage::kCompute) {
     throw FlagError(
@@ -193,12 +192,6 @@ inline void check_offload_flags(bool offload, const std::string& kv_dtype, const
     throw FlagError(
         "--cache: expected static or hybrid with --offload (it offloads a "
         "preallocated cache) but got dynamic");
-  }
-  if (tp > 1) {
-    throw FlagError(
-        "--tp: expected 1 with --offload (tensor parallel offload is not tested "
-        "yet) but got " +
-        std::to_string(tp));
   }
 }
 
