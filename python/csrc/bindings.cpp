@@ -57,6 +57,17 @@ void bind_config(py::module_& m) {
       .def("sliding_capacity", &CacheConfig::sliding_capacity)
       .def("layer_type", &CacheConfig::layer_type, py::arg("layer"));
   m.def("estimate_memory_bytes", &statickv::estimate_memory_bytes, py::arg("config"));
+  // By where the bytes live (host: an offloaded cache's keys and values).
+  m.def(
+      "estimate_memory",
+      [](const CacheConfig& config) {
+        const CacheConfig::Bytes bytes = statickv::estimate_memory(config);
+        py::dict out;
+        out["device"] = bytes.device;
+        out["host"] = bytes.host;
+        return out;
+      },
+      py::arg("config"));
   m.def("all_sliding", &statickv::all_sliding, py::arg("num_layers"));
   m.def("alternating", &statickv::alternating, py::arg("num_layers"));
   m.def("sliding_then_full", &statickv::sliding_then_full, py::arg("num_layers"),

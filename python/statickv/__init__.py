@@ -21,6 +21,7 @@ from statickv._C import (  # noqa: F401
     __version__,
     all_sliding,
     alternating,
+    estimate_memory,
     estimate_memory_bytes,
     sliding_then_full,
 )

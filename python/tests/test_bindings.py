@@ -113,6 +113,8 @@ def test_host_offload_stages_views_and_splits_device_and_host_bytes():
     assert cache.host_memory_bytes() > 0 and plain.host_memory_bytes() == 0
     assert cache.memory_bytes() == cache.device_memory_bytes() + cache.host_memory_bytes()
     assert cache.memory_bytes() == statickv.estimate_memory_bytes(cache.config)
+    assert statickv.estimate_memory(cache.config) == {
+        "device": cache.device_memory_bytes(), "host": cache.host_memory_bytes()}
     positions = torch.tensor([[0, 1, 2], [0, 1, -1]])
     steps = [c.prepare(positions, 2) for c in (plain, cache)]
     for layer in range(2):
