@@ -163,6 +163,27 @@ inline reference::GenerateOptions serve_options(ServeMode mode, int64_t max_len)
 }
 
 /// Runner statistics as JSON (captures, replays, padded-token fraction).
+/// A GraphRunner over one decode step of `model` through `backend`: inputs
+/// ids and positions [B, 1], the given batch buckets, one attended length.
+/// Both must outlive the runner.
+inline std::unique_ptr<GraphRunner> decode_step_runner(const reference::LlamaModel& model,
+                                                       reference::CacheBackend& backend,
+                                                       const at::Device& device,
+                                                       ShapeBuckets batch_buckets, int64_t attend) {
+  GraphRunner::Options ro;
+  ro.device = device;
+  ro.batch_buckets = std::move(batch_buckets);
+  ro.attend_buckets = ShapeBuckets::of({attend});
+  const reference::LlamaModel* m = &model;
+  reference::CacheBackend* b = &backend;
+  return std::make_unique<GraphRunner>(
+      std::vector<InputSpec>{{"ids", at::kLong, {}, 0}, {"positions", at::kLong, {}, -1}},
+      [m, b](const std::vector<at::Tensor>& in, const GraphKey& key) {
+        return std::vector<at::Tensor>{m->forward(in[0], in[1], *b, key.attend_len)};
+      },
+      ro);
+}
+
 inline Json to_json(const RunnerStats& s) {
   int64_t real = 0, padded = 0;
   for (const KeyStats& k : s.keys) {

@@ -147,18 +147,8 @@ int main(int argc, char** argv) try {
       s.backend[p] = std::make_unique<reference::CacheBackend>(
           *s.cache, reference::AttentionKernel::kSdpa, kPaths[p]);
       if (!graphs) continue;
-      GraphRunner::Options ro;
-      ro.device = device;
-      ro.batch_buckets = ShapeBuckets::powers_of_two(max_batch);
-      ro.attend_buckets = ShapeBuckets::of({attend});
-      reference::CacheBackend* backend = s.backend[p].get();
-      const reference::LlamaModel* m = model.get();
-      s.runner[p] = std::make_unique<GraphRunner>(
-          std::vector<InputSpec>{{"ids", at::kLong, {}, 0}, {"positions", at::kLong, {}, -1}},
-          [m, backend](const std::vector<at::Tensor>& in, const GraphKey& key) {
-            return std::vector<at::Tensor>{m->forward(in[0], in[1], *backend, key.attend_len)};
-          },
-          ro);
+      s.runner[p] = decode_step_runner(*model, *s.backend[p], device,
+                                       ShapeBuckets::powers_of_two(max_batch), attend);
     }
     return s;
   };

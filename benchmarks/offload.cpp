@@ -109,19 +109,10 @@ Subject make_subject(const reference::LlamaModel& model, const Cell& cell, bool 
   fill_cache(*s.cache, cell.batch, cell.context);
   s.backend =
       std::make_unique<reference::CacheBackend>(*s.cache, reference::AttentionKernel::kSdpa);
-  if (!graphs) return s;
-  GraphRunner::Options ro;
-  ro.device = config.device;
-  ro.batch_buckets = ShapeBuckets::of({cell.batch});
-  ro.attend_buckets = ShapeBuckets::of({cell.context + 1});
-  const reference::LlamaModel* m = &model;
-  reference::CacheBackend* backend = s.backend.get();
-  s.runner = std::make_unique<GraphRunner>(
-      std::vector<InputSpec>{{"ids", at::kLong, {}, 0}, {"positions", at::kLong, {}, -1}},
-      [m, backend](const std::vector<at::Tensor>& in, const GraphKey& key) {
-        return std::vector<at::Tensor>{m->forward(in[0], in[1], *backend, key.attend_len)};
-      },
-      ro);
+  if (graphs) {
+    s.runner = decode_step_runner(model, *s.backend, config.device, ShapeBuckets::of({cell.batch}),
+                                  cell.context + 1);
+  }
   return s;
 }
 

@@ -33,6 +33,11 @@ inline at::Tensor positions(int64_t rows, std::vector<int64_t> values) {
 inline at::Tensor bools(std::vector<int64_t> values) {
   return at::tensor(values, i64()).to(at::kBool);
 }
+/// A HybridCache when `config` has a sliding layer, else a StaticCache.
+inline std::unique_ptr<Cache> make_cache(const CacheConfig& config) {
+  if (config.has_type(LayerType::kSliding)) return std::make_unique<HybridCache>(config);
+  return std::make_unique<StaticCache>(config);
+}
 inline at::Tensor arange_positions(int64_t start, int64_t count) {
   return at::arange(start, start + count, i64());
 }

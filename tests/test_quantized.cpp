@@ -22,11 +22,6 @@ using namespace statickv::test;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-std::unique_ptr<Cache> make(const CacheConfig& config) {
-  if (config.has_type(LayerType::kSliding)) return std::make_unique<HybridCache>(config);
-  return std::make_unique<StaticCache>(config);
-}
-
 CacheConfig with_storage(CacheConfig config, KvStorage storage) {
   config.kv_storage = storage;
   return config;
@@ -63,8 +58,8 @@ TEST_CASE("a quantized cache holds exactly what a plain cache fed the round-trip
   INFO("kv_storage " << storage);
   const CacheConfig plain_config =
       ConfigBuilder().max_batch(4).max_len(16).hybrid(/*window=*/4, /*chunk=*/6);
-  auto quantized = make(with_storage(plain_config, storage));
-  auto plain = make(plain_config);
+  auto quantized = make_cache(with_storage(plain_config, storage));
+  auto plain = make_cache(plain_config);
   at::manual_seed(11);
   int64_t step_index = 0;
   ragged_session([&](const at::Tensor& pos, int64_t b) {
@@ -164,7 +159,7 @@ TEST_CASE("estimate_memory_bytes is exact for quantized storage, the staging buf
                .layer_types(all_sliding(3))
                .sliding_window(5)}) {
     const CacheConfig config = with_storage(base, storage);
-    auto cache = make(config);
+    auto cache = make_cache(config);
     CHECK(estimate_memory_bytes(config) == cache->memory_bytes());
     bool overflow = false;
     // The staging buffer: one layer's keys and values at max_batch and the

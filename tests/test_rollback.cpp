@@ -63,11 +63,6 @@ std::vector<at::Tensor> decode(Cache& cache, int64_t b, uint64_t seed) {
   return outputs;
 }
 
-std::unique_ptr<Cache> make(const CacheConfig& config) {
-  if (config.has_type(LayerType::kSliding)) return std::make_unique<HybridCache>(config);
-  return std::make_unique<StaticCache>(config);
-}
-
 }  // namespace
 
 TEST_CASE("rollback then decode equals never having written the drafts, NaN drafts included",
@@ -86,8 +81,8 @@ TEST_CASE("rollback then decode equals never having written the drafts, NaN draf
   };
   for (const auto& [name, config] : layouts) {
     INFO(name);
-    auto drafted = make(config);
-    auto plain = make(config);
+    auto drafted = make_cache(config);
+    auto plain = make_cache(config);
     prefill(*drafted, 2, 10);
     prefill(*plain, 2, 10);
     std::vector<const void*> addresses;

@@ -52,11 +52,6 @@ std::vector<at::Tensor> decode_row(Cache& cache, int64_t row, uint64_t seed) {
   return outputs;
 }
 
-std::unique_ptr<Cache> make(const CacheConfig& config) {
-  if (config.has_type(LayerType::kSliding)) return std::make_unique<HybridCache>(config);
-  return std::make_unique<StaticCache>(config);
-}
-
 }  // namespace
 
 TEST_CASE("restore then decode equals prefill then decode, in another row of another cache",
@@ -67,8 +62,8 @@ TEST_CASE("restore then decode equals prefill then decode, in another row of ano
   };
   for (const auto& [name, config] : layouts) {
     INFO(name);
-    auto source = make(config);
-    auto target = make(config);
+    auto source = make_cache(config);
+    auto target = make_cache(config);
     prefill_row(*source, 0, 11, 5);  // wraps the ring (capacity 7)
     const RowState saved = source->save_row(0);
     // The target's row 2 held another, longer sequence with a NaN in it.
@@ -128,7 +123,7 @@ TEST_CASE("a state that does not fit the cache is refused and the cache is left 
   const auto refused = [&](const char* what, const CacheConfig& config, const RowState& state,
                            int64_t row, const std::vector<std::string>& fragments) {
     INFO(what);
-    auto cache = make(config);
+    auto cache = make_cache(config);
     prefill_row(*cache, 1, 6, 2);
     const Snapshot snapshot(*cache);
     require_error([&] { cache->restore_row(state, row); }, fragments);

@@ -117,8 +117,7 @@ SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) 
         positions, s.max_len));
   }
   s.max_batch = o.max_batch;
-  apps::check_offload_flags(o.offload, o.kv_dtype, "plain",
-                            s.cache == CacheKind::kStatic ? "static" : "hybrid");
+  apps::check_offload_flags(o.offload, o.kv_dtype, "plain", o.cache);
   s.kv_storage = apps::parse_kv_storage(o.kv_dtype);
   s.host_offload = o.offload;
   s.prefill_chunk = o.prefill_chunk;

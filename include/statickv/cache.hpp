@@ -226,8 +226,8 @@ class Cache {
     if (config_.host_offload) return update_offloaded(layer, key, value, step);
     write_slots(keys_[l], flat_keys_[l], key, step, planned);
     write_slots(values_[l], flat_values_[l], value, step, planned);
-    return KV{batch_prefix(keys_[l], b, planned.view_len),
-              batch_prefix(values_[l], b, planned.view_len)};
+    return KV{detail::batch_prefix(keys_[l], b, planned.view_len),
+              detail::batch_prefix(values_[l], b, planned.view_len)};
   }
 
   /// Where update(layer, key, value, step) would write, after every check
@@ -248,8 +248,8 @@ class Cache {
     target.keys = keys_[l];
     target.values = values_[l];
     target.slots = step.per_row_ ? planned.slots : planned.slots.expand({b, step.query_len_});
-    target.views = KV{batch_prefix(keys_[l], b, planned.view_len),
-                      batch_prefix(values_[l], b, planned.view_len)};
+    target.views = KV{detail::batch_prefix(keys_[l], b, planned.view_len),
+                      detail::batch_prefix(values_[l], b, planned.view_len)};
     return target;
   }
 
@@ -643,13 +643,6 @@ class Cache {
                 "at::NoGradGuard or c10::InferenceMode) but got requires_grad=true");
   }
 
-  // buffer[:rows, :, :slots] in one view op (two narrows cost twice the
-  // fixed per-op time; see Note [step op count]).
-  static at::Tensor batch_prefix(const at::Tensor& buffer, int64_t rows, int64_t slots) {
-    return buffer.as_strided({rows, buffer.size(1), slots, buffer.size(3)}, buffer.strides(),
-                             buffer.storage_offset());
-  }
-
   const LayerGroup& group_of(int64_t layer) const {
     check_layer(layer);
     return groups_[static_cast<size_t>((*layer_group_)[static_cast<size_t>(layer)])];
@@ -949,7 +942,7 @@ class Cache {
     } else if (b == config_.max_batch) {
       buffer.index_copy_(2, planned.slots, src);
     } else {
-      batch_prefix(buffer, b, buffer.size(2)).index_copy_(2, planned.slots, src);
+      detail::batch_prefix(buffer, b, buffer.size(2)).index_copy_(2, planned.slots, src);
     }
   }
 
@@ -970,9 +963,10 @@ class Cache {
     const int64_t b = step.live_batch_;
     const int64_t n = planned.view_len;
     auto [keys, values] = staging_.stage(layer, step.generation_, b, n);
-    detail::dequantize_into(keys, batch_prefix(keys_[l], b, n), batch_prefix(key_scales_[l], b, n));
-    detail::dequantize_into(values, batch_prefix(values_[l], b, n),
-                            batch_prefix(value_scales_[l], b, n));
+    detail::dequantize_into(keys, detail::batch_prefix(keys_[l], b, n),
+                            detail::batch_prefix(key_scales_[l], b, n));
+    detail::dequantize_into(values, detail::batch_prefix(values_[l], b, n),
+                            detail::batch_prefix(value_scales_[l], b, n));
     return KV{keys, values};
   }
 
@@ -994,8 +988,8 @@ class Cache {
     write_slots(values_[l], flat_values_[l], value, step, planned);
     if (layer + 1 < config_.num_layers) prefetch(layer + 1, step);
     const int64_t b = step.live_batch_;
-    return KV{batch_prefix(staged.keys, b, planned.view_len),
-              batch_prefix(staged.values, b, planned.view_len)};
+    return KV{detail::batch_prefix(staged.keys, b, planned.view_len),
+              detail::batch_prefix(staged.values, b, planned.view_len)};
   }
 
   // Issues layer `layer`'s copy-in for `step`: its live rows and view_len
@@ -1046,28 +1040,25 @@ class Cache {
   size_t buffers_per_layer() const { return config_.plain_storage() ? 2 : 4; }
 
   // Note [staging buffer]: a quantized layer's views live in the shared
-  // staging buffer only until the next layer's update(); attend() refuses
-  // views another update() has overwritten since.
+  // staging buffer, an offloaded one's in its ring slot (Note [host
+  // offload]), only until the next layer's update(); attend() refuses views
+  // another update() has overwritten since.
   void check_staged(int64_t layer, const StepPlan& step) const {
-    if (config_.host_offload) {
-      TORCH_CHECK(offload_.holds(layer, step.generation_), "kv: expected the views update(", layer,
-                  ", ...) returned for this step, still in its staging buffer, but that buffer "
-                  "now holds ",
-                  offload_.holder(layer) < 0 ? std::string("nothing current")
-                                             : "layer " + std::to_string(offload_.holder(layer)),
-                  " (host_offload: a layer's views are valid until the next layer's update(); "
-                  "Note [host offload], docs/design.md)");
-      return;
-    }
-    if (config_.plain_storage()) return;
-    TORCH_CHECK(staging_.holds(layer, step.generation_), "kv: expected the views update(", layer,
+    const bool offload = config_.host_offload;
+    if (!offload && config_.plain_storage()) return;
+    // Quantized: the one staging buffer; offloaded: the layer's ring slot.
+    const bool current =
+        offload ? offload_.holds(layer, step.generation_) : staging_.holds(layer, step.generation_);
+    const int64_t holder = offload ? offload_.holder(layer) : staging_.holder();
+    TORCH_CHECK(current, "kv: expected the views update(", layer,
                 ", ...) returned for this step, still in the staging buffer, but the staging "
                 "buffer now holds ",
-                staging_.holder() < 0 ? std::string("nothing current")
-                                      : "layer " + std::to_string(staging_.holder()),
-                " (kv_storage=", config_.kv_storage,
-                ": a layer's views are valid until the next layer's update(); Note [staging "
-                "buffer], docs/design.md)");
+                holder < 0 ? std::string("nothing current") : "layer " + std::to_string(holder),
+                " (",
+                offload ? std::string("host_offload")
+                        : "kv_storage=" + std::string(to_string(config_.kv_storage)),
+                ": a layer's views are valid until the next layer's update(); Note [",
+                offload ? "host offload" : "staging buffer", "], docs/design.md)");
   }
 
   // Row save/restore copies buffers in the compute dtype (RowState); a

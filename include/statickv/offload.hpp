@@ -110,8 +110,9 @@ class OffloadRing {
                 const at::Tensor& host_keys, const at::Tensor& host_values) {
     const int slot = slot_of(layer);
     const StagedLayout& staged = layout(layer, group);
-    copier_->copy_in(slot, {prefix(staged.keys, rows, n), prefix(staged.values, rows, n)},
-                     {prefix(host_keys, rows, n), prefix(host_values, rows, n)});
+    copier_->copy_in(slot,
+                     {batch_prefix(staged.keys, rows, n), batch_prefix(staged.values, rows, n)},
+                     {batch_prefix(host_keys, rows, n), batch_prefix(host_values, rows, n)});
     buffers_[static_cast<size_t>(slot)].hold(layer, stamp);
   }
 
@@ -127,9 +128,9 @@ class OffloadRing {
   }
 
   /// Nothing staged is current (Note [staging buffer]: views end with
-  /// their step).
-  /// A copy-in no update() waited for (a step left before its last layer)
-  /// is waited for first, so nothing writes a slot after its release.
+  /// their step). A copy-in no update() waited for (a step left before its
+  /// last layer) is waited for first, so nothing writes a slot after its
+  /// release.
   void release() {
     copier_->drain();
     for (StagingBuffer& buffer : buffers_) buffer.release();
@@ -138,12 +139,6 @@ class OffloadRing {
   int64_t nbytes() const { return buffers_[0].nbytes() + buffers_[1].nbytes(); }
   /// Ring slot `slot`'s staging buffer (0 or 1).
   const StagingBuffer& buffer(int slot) const { return buffers_.at(static_cast<size_t>(slot)); }
-
-  /// buffer[:rows, :, :n] in one view op.
-  static at::Tensor prefix(const at::Tensor& buffer, int64_t rows, int64_t n) {
-    return buffer.as_strided({rows, buffer.size(1), n, buffer.size(3)}, buffer.strides(),
-                             buffer.storage_offset());
-  }
 
  private:
   std::array<StagingBuffer, 2> buffers_;

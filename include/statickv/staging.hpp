@@ -21,6 +21,18 @@
 
 namespace statickv {
 
+namespace detail {
+
+/// buffer[:rows, :, :slots] of a [batch, heads, slots, head_dim] buffer in
+/// one view op (two narrows cost twice the fixed per-op time; see Note
+/// [step op count]): the batch-prefix views of caches and staging buffers.
+inline at::Tensor batch_prefix(const at::Tensor& buffer, int64_t rows, int64_t slots) {
+  return buffer.as_strided({rows, buffer.size(1), slots, buffer.size(3)}, buffer.strides(),
+                           buffer.storage_offset());
+}
+
+}  // namespace detail
+
 class StagingBuffer {
  public:
   StagingBuffer() = default;
@@ -40,9 +52,8 @@ class StagingBuffer {
   /// no longer current.
   std::pair<at::Tensor, at::Tensor> stage(int64_t holder, uint64_t stamp, int64_t rows,
                                           int64_t slots) {
-    holder_ = holder;
-    stamp_ = stamp;
-    return {prefix(keys_, rows, slots), prefix(values_, rows, slots)};
+    hold(holder, stamp);
+    return {detail::batch_prefix(keys_, rows, slots), detail::batch_prefix(values_, rows, slots)};
   }
 
   /// (holder, stamp) holds the buffer from now on, views made by the caller
@@ -87,12 +98,6 @@ class StagingBuffer {
   int64_t nbytes() const { return defined() ? keys_.nbytes() + values_.nbytes() : 0; }
 
  private:
-  // buffer[:rows, :, :slots] in one view op (Note [step op count]).
-  static at::Tensor prefix(const at::Tensor& buffer, int64_t rows, int64_t slots) {
-    return buffer.as_strided({rows, buffer.size(1), slots, buffer.size(3)}, buffer.strides(),
-                             buffer.storage_offset());
-  }
-
   at::Tensor keys_, values_;
   int64_t holder_ = -1;
   uint64_t stamp_ = 0;

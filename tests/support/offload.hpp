@@ -13,11 +13,6 @@
 
 namespace statickv::test {
 
-inline std::unique_ptr<Cache> make_cache(const CacheConfig& config) {
-  if (config.has_type(LayerType::kSliding)) return std::make_unique<HybridCache>(config);
-  return std::make_unique<StaticCache>(config);
-}
-
 inline CacheConfig offloaded(CacheConfig config) {
   config.host_offload = true;
   return config;
@@ -105,7 +100,8 @@ class Twin {
       case 3: {
         const at::Tensor seq = plain_->seq_lengths().cpu();
         std::vector<int64_t> lengths;
-        for (int64_t r = 0; r < uniform(1, max_batch); ++r) {
+        const int64_t rows = uniform(1, max_batch);
+        for (int64_t r = 0; r < rows; ++r) {
           lengths.push_back(std::max<int64_t>(0, seq[r].item<int64_t>() - uniform(0, 3)));
         }
         bool plain_threw = false;
