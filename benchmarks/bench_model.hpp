@@ -8,7 +8,7 @@
 #include <statickv/statickv.hpp>
 
 #include <statickv/reference/checkpoint.hpp>
-#include <statickv/reference/generate.hpp>
+#include <statickv/reference/generator.hpp>
 #include <statickv/reference/model.hpp>
 
 #include "bench_util.hpp"

@@ -1,7 +1,7 @@
 #pragma once
 // Shared by the benchmarks: synchronized timing, robust statistics, the
 // side-by-side measurement loop and JSON output. Flags, devices and dtypes
-// are statickv/apps/flags.hpp's, shared with statickv-demo.
+// are statickv/flags/flags.hpp's, shared with statickv-demo.
 //
 // Variants are measured interleaved (round r times variant r, r+1, ... in
 // turn), so a drift of the shared machine's speed hits all of them alike;
@@ -9,7 +9,7 @@
 // p10..p90 as the spread. Times on a CUDA device are read only after
 // torch::cuda::synchronize(), so a sample measures the work, not its launch.
 
-#include <statickv/apps/flags.hpp>
+#include <statickv/flags/flags.hpp>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -120,7 +120,7 @@ inline std::vector<Stats> measure_interleaved(const std::vector<Variant>& varian
   return out;
 }
 
-// Flags, devices and dtypes: the programs' one parser (statickv/apps/flags.hpp).
+// Flags, devices and dtypes: the programs' one parser (statickv/flags/flags.hpp).
 using apps::dtype_name;
 using apps::FlagError;
 using apps::Flags;
@@ -128,7 +128,7 @@ using apps::parse_device;
 using apps::parse_dtype;
 using apps::parse_int_list;
 
-/// --threads N (apps/flags.hpp); apply with set_threads().
+/// --threads N (statickv/flags/flags.hpp); apply with set_threads().
 inline void add_threads_flag(Flags& flags, int* threads) { flags.add_threads(threads); }
 using apps::set_threads;
 
@@ -161,7 +161,7 @@ inline void check_context(int64_t context, int64_t max_len) {
   }
 }
 
-/// --json FILE (apps/flags.hpp): also write the results there.
+/// --json FILE (statickv/flags/flags.hpp): also write the results there.
 inline void add_json_flag(Flags& flags, std::string* path) {
   flags.add_output_file("--json FILE", path, "also write the results as JSON to FILE");
 }

@@ -16,7 +16,7 @@
 
 #include "bench_model.hpp"
 
-#include <statickv/reference/serving.hpp>
+#include <statickv/reference/scheduler.hpp>
 #include <statickv/reference/trace.hpp>
 
 #include <fmt/format.h>

@@ -21,6 +21,7 @@
 #include "bench_model.hpp"
 
 #ifdef STATICKV_BENCH_TOKENIZER
+#include <statickv/reference/checkpoint.hpp>
 #include <statickv/tokenizer/tokenizer.hpp>
 #endif
 

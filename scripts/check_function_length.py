@@ -6,7 +6,7 @@
     python3 scripts/check_function_length.py --per-dir
 
 Without --top or --per-dir it is a check: it scans the C++ sources (*.hpp,
-*.h, *.cpp, *.cu, *.cuh) under include/, src/, reference/, apps/, python/
+*.h, *.cpp, *.cu, *.cuh) under include/, src/, reference/, apps/, flags/, python/
 and aoti/ (or the PATHs given), lists every function whose body is longer than --max lines as
 `file:line name length`, and exits 1 if there is one, else 0.
 
@@ -36,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CXX_SUFFIXES = (".hpp", ".h", ".cpp", ".cu", ".cuh")
-DEFAULT_DIRS = ("include", "src", "reference", "apps", "python", "aoti")
+DEFAULT_DIRS = ("include", "src", "reference", "apps", "flags", "python", "aoti")
 
 
 def blank_cxx(text, code_too=True):

@@ -8,7 +8,7 @@ set -euo pipefail
 STATICKV_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$STATICKV_ROOT"
 TORCH_VERSION=2.11.0
-TRANSFORMERS_VERSION=5.24.0  # the Hugging Face cross-check (tests/hf)
+TRANSFORMERS_VERSION=5.24.0  # the Hugging Face cross-check (tests/reference/hf)
 VENV="$STATICKV_ROOT/.venv"
 BUILD_DIR=${STATICKV_BUILD_DIR:-$STATICKV_ROOT/build}
 
@@ -57,7 +57,7 @@ if ! "$VENV/bin/python" -c 'import sys, importlib.metadata as m; sys.exit(any(m.
 fi
 # The Python package statickv (python/, pyproject.toml), built against the
 # pinned torch (--no-build-isolation) and installed into .venv; its tests
-# (python/tests, ctest's python_tests) need pytest. Skipped when the
+# (tests/python, ctest's python_tests) need pytest. Skipped when the
 # installed build's stamp matches the sources' hash.
 if ! "$VENV/bin/python" -c 'import pytest, wheel' >/dev/null 2>&1; then
   echo "== pip install pytest wheel (the Python package's build and tests)"

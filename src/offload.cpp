@@ -2,7 +2,7 @@
 // the host buffer is the store and copies are synchronous; a CUDA device
 // goes to src/offload_cuda.cpp, compiled with a CUDA LibTorch.
 
-#include <statickv/offload.hpp>
+#include <statickv/detail/offload.hpp>
 
 namespace statickv::detail {
 

@@ -2,7 +2,7 @@
 // host buffers and the side-stream copies into the staging ring. Compiled
 // only with a CUDA LibTorch (STATICKV_WITH_CUDA).
 
-#include <statickv/offload.hpp>
+#include <statickv/detail/offload.hpp>
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>

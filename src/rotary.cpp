@@ -1,7 +1,7 @@
 // rotary_update() and its CPU twin (include/statickv/rotary.hpp; Note
 // [fused rotary write], docs/design.md).
 
-#include <statickv/checks.hpp>
+#include <statickv/detail/checks.hpp>
 #include <statickv/rotary.hpp>
 
 #include <ATen/Dispatch.h>

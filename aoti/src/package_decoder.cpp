@@ -1,6 +1,6 @@
 #include <statickv/aoti/fingerprint.hpp>
 #include <statickv/aoti/package_decoder.hpp>
-#include <statickv/checks.hpp>
+#include <statickv/detail/checks.hpp>
 
 #include <ops.hpp>
 

@@ -7,9 +7,10 @@
 #include "text_mode.hpp"
 
 #include <statickv/apps/compare.hpp>
-#include <statickv/apps/flags.hpp>
 #include <statickv/apps/model_flags.hpp>
-#include <statickv/reference/generate.hpp>
+#include <statickv/flags/flags.hpp>
+#include <statickv/reference/checkpoint.hpp>
+#include <statickv/reference/generator.hpp>
 
 #include <fmt/format.h>
 

@@ -2,7 +2,7 @@
 
 #include "text_mode.hpp"
 
-#include <statickv/apps/flags.hpp>
+#include <statickv/flags/flags.hpp>
 
 #include <fmt/format.h>
 

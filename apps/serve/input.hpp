@@ -7,7 +7,7 @@
 
 #include "line_reader.hpp"
 
-#include <statickv/reference/serving.hpp>
+#include <statickv/reference/scheduler.hpp>
 #include <statickv/reference/tensor_parallel.hpp>
 
 #include <nlohmann/json.hpp>

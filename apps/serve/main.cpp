@@ -1,14 +1,14 @@
 // statickv-serve: a continuous-batching server over one StaticCache or
 // HybridCache (reference::Scheduler), speaking JSON lines on stdin/stdout
-// (protocol.hpp; README "statickv-serve"). End of input drains the queue and
+// (protocol.hpp; docs/serving.md, "statickv-serve"). End of input drains the queue and
 // exits 0; a refused flag exits 2.
 
 #include "server.hpp"
 
-#include <statickv/apps/flags.hpp>
 #include <statickv/apps/model_flags.hpp>
+#include <statickv/flags/flags.hpp>
 #include <statickv/reference/checkpoint.hpp>
-#include <statickv/reference/serving.hpp>
+#include <statickv/reference/scheduler.hpp>
 #ifdef STATICKV_SERVE_TOKENIZER
 #include <statickv/tokenizer/tokenizer.hpp>
 #endif

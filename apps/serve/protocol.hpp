@@ -1,6 +1,6 @@
 #pragma once
 // statickv-serve's protocol: one JSON object per line on stdin, one per
-// finished request on stdout (README "statickv-serve").
+// finished request on stdout (docs/serving.md, "statickv-serve").
 //
 //   in:  {"id": <string or integer>, "prompt": [ids...] | "text": "...",
 //         "max_new_tokens": N, "temperature": X, "top_k": K, "seed": S,
@@ -14,7 +14,7 @@
 // A line that is not such an object throws ProtocolError naming the field,
 // with the id when it could be read, so the reply can carry it.
 
-#include <statickv/reference/serving.hpp>
+#include <statickv/reference/scheduler.hpp>
 
 #include <nlohmann/json.hpp>
 

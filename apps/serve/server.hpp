@@ -7,7 +7,7 @@
 #include "input.hpp"
 #include "protocol.hpp"
 
-#include <statickv/reference/serving.hpp>
+#include <statickv/reference/scheduler.hpp>
 
 #include <functional>
 #include <map>

@@ -121,11 +121,11 @@ B=$BUILD/benchmarks
 have() { [ -x "$1" ] || { echo "== missing $1 (not built)"; return 1; }; }
 
 if ((!dry)); then
-  have "$BUILD/tests/statickv_cuda_tests" &&
-    stage cuda_tests 30 150 "$BUILD/tests/statickv_cuda_tests" "[cuda]" --durations yes
+  have "$BUILD/tests/cuda/statickv_cuda_tests" &&
+    stage cuda_tests 30 150 "$BUILD/tests/cuda/statickv_cuda_tests" "[cuda]" --durations yes
   # Tensor parallelism, world 1 through NCCL (docs/tensor_parallel.md): seconds.
-  have "$BUILD/tests/tp/statickv_tp_cuda_tests" &&
-    stage tp_cuda_tests 15 60 "$BUILD/tests/tp/statickv_tp_cuda_tests" "[cuda]" --durations yes
+  have "$BUILD/tests/reference/tp/statickv_tp_cuda_tests" &&
+    stage tp_cuda_tests 15 60 "$BUILD/tests/reference/tp/statickv_tp_cuda_tests" "[cuda]" --durations yes
 fi
 # compute-sanitizer memcheck over the [memcheck] subset of the [cuda] tests
 # (the cache and attention tests with max_len <= 256, eager: the varlen
@@ -134,12 +134,12 @@ fi
 # cudaMalloc block. In a dry run the same test filter runs without the
 # sanitizer (it exits 77 without a GPU: plumbing only).
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-if have "$BUILD/tests/statickv_cuda_tests"; then
+if have "$BUILD/tests/cuda/statickv_cuda_tests"; then
   if ((dry)); then
-    stage memcheck 10 30 "$BUILD/tests/statickv_cuda_tests" "[memcheck]"
+    stage memcheck 10 30 "$BUILD/tests/cuda/statickv_cuda_tests" "[memcheck]"
   elif [ -x "$sanitizer" ]; then
     stage memcheck 60 90 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$sanitizer" --tool memcheck \
-      --error-exitcode 1 "$BUILD/tests/statickv_cuda_tests" "[memcheck]" --durations yes
+      --error-exitcode 1 "$BUILD/tests/cuda/statickv_cuda_tests" "[memcheck]" --durations yes
   else
     echo "== memcheck: SKIPPED (no compute-sanitizer)"
   fi

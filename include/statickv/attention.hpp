@@ -7,7 +7,7 @@
 // masked (a padded token) gets a zero output from the reference rather than
 // the NaN a naive softmax gives.
 
-#include <statickv/checks.hpp>
+#include <statickv/detail/checks.hpp>
 
 #include <ATen/ATen.h>
 

@@ -8,7 +8,7 @@
 // never attend (Invariant [scratch slot], docs/design.md). The slice that
 // recovers the real outputs is the inverse of the padding.
 
-#include <statickv/checks.hpp>
+#include <statickv/detail/checks.hpp>
 
 #include <ATen/ATen.h>
 

@@ -5,7 +5,7 @@
 // helpers fold in a user's own padding and convert to the additive form; all
 // are plain device ops on static shapes, safe inside a captured step.
 
-#include <statickv/checks.hpp>
+#include <statickv/detail/checks.hpp>
 
 #include <ATen/ATen.h>
 

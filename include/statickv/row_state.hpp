@@ -6,8 +6,8 @@
 // process or, through reference::write_prompt_cache, the next one (Note [a
 // restored row is the saved row], docs/design.md).
 
-#include <statickv/checks.hpp>
 #include <statickv/config.hpp>
+#include <statickv/detail/checks.hpp>
 
 #include <ATen/ATen.h>
 

@@ -8,7 +8,6 @@
 #include <statickv/graph_runner.hpp>
 #include <statickv/layers.hpp>
 #include <statickv/mask.hpp>
-#include <statickv/quantize.hpp>
 #include <statickv/rotary.hpp>
 #include <statickv/row_state.hpp>
 #include <statickv/sharding.hpp>

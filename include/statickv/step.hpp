@@ -33,8 +33,11 @@
 namespace statickv {
 
 class Cache;
+class StepPlan;
 
 namespace detail {
+
+struct StepAccess;  // what the cache's storage reads of a step (below)
 
 /// One layer type's lazily built parts of a step, and what they are built from.
 struct LazyGroup {
@@ -138,6 +141,7 @@ class StepPlan {
 
  private:
   friend class Cache;
+  friend struct detail::StepAccess;
 
   // What update() needs of one layer type for this step (the rest is lazy).
   struct GroupPlan {
@@ -188,6 +192,20 @@ class StepPlan {
   int64_t attend_len_ = 0;
   bool per_row_ = false;
 };
+
+namespace detail {
+
+/// What a cache's storage (detail/storage.hpp) reads of a step beyond the
+/// public accessors: the flat write index of per-row positions and the
+/// generation staged views are stamped with.
+struct StepAccess {
+  static const at::Tensor& flat_index(const StepPlan& step, int64_t layer) {
+    return step.group(layer).flat_index;
+  }
+  static uint64_t generation(const StepPlan& step) { return step.generation_; }
+};
+
+}  // namespace detail
 
 /// The name StepPlan had before 0.2; kept so existing code compiles.
 using Step = StepPlan;

@@ -45,7 +45,7 @@ enum class KvLayout {
 namespace detail {
 
 /// The layout the varlen path uses. The strided view needs no copy; whether
-/// the kernel takes it as it is can only be seen on a GPU: tests/test_cuda.cpp
+/// the kernel takes it as it is can only be seen on a GPU: tests/cuda/test_cuda.cpp
 /// ("on CUDA, attend's varlen path equals the masked path in fp16 and
 /// bf16") compares it with the packed copy and the masked path. If it fails
 /// there, kPackedCopy here is the one-line fallback.

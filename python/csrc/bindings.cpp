@@ -103,6 +103,7 @@ void bind_cache(py::module_& m) {
       .def("reset_rows", &Cache::reset_rows, py::arg("rows"))
       .def("copy_row", &Cache::copy_row, py::arg("src"), py::arg("dst"))
       .def("reorder", &Cache::reorder, py::arg("indices"))
+      .def("copy_from", &Cache::copy_from, py::arg("other"))
       .def("seq_lengths", &Cache::seq_lengths)
       .def("memory_bytes", &Cache::memory_bytes)
       .def("staging_bytes", &Cache::staging_bytes)

@@ -4,7 +4,7 @@
 
 #include "ops.hpp"
 
-#include <statickv/checks.hpp>
+#include <statickv/detail/checks.hpp>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>

@@ -98,7 +98,7 @@ std::vector<LayerType> read_layer_types(const std::string& path, const Json& jso
 //            all full. A sliding entry without a window is refused:
 //            transformers raises at the first forward pass.
 //
-// docs/checkpoints.md has the same table; tests/hf cross-checks each case.
+// docs/checkpoints.md has the same table; tests/reference/hf cross-checks each case.
 
 /// An integer field: `absent` when the key is missing, `null_value` when it
 /// is null.

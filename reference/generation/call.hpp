@@ -3,7 +3,8 @@
 // decode) and speculative_decode.cpp (draft, verify, roll back). Not
 // installed.
 
-#include <statickv/reference/generate.hpp>
+#include <statickv/reference/engine.hpp>
+#include <statickv/reference/generator.hpp>
 
 #include "sampling.hpp"
 
@@ -29,11 +30,6 @@ inline std::vector<int64_t> pick(const at::Tensor& logits, const GenerateOptions
                               chosen.data_ptr<int64_t>() + chosen.numel());
 }
 
-// A host int64 tensor [rows, cols] holding `values` (row-major).
-inline at::Tensor host_tensor(std::vector<int64_t> values, int64_t rows, int64_t cols) {
-  return at::tensor(values, at::TensorOptions().dtype(at::kLong)).view({rows, cols});
-}
-
 /// What one generate() call keeps per row: the tokens so far, whether the
 /// row is done, and (record_logits) each token's logits.
 struct Rows {
@@ -47,26 +43,23 @@ struct Rows {
   }
 };
 
-/// One generate() call: the model, the backend or runners its passes go
-/// through, and the sampling state. prefill / decode_one_token /
-/// decode_n_tokens (generator.cpp) and speculate_n_tokens
-/// (speculative_decode.cpp) are its phases.
+/// One generate() call: the model, the engine (or, for the dynamic cache
+/// and the draft model, the backend) its passes go through, and the
+/// sampling state. prefill / decode_one_token / decode_n_tokens
+/// (generator.cpp) and speculate_n_tokens (speculative_decode.cpp) are its
+/// phases.
 struct Call {
   const LlamaModel& model;
   const GenerateOptions& options;
-  AttentionBackend* backend;  // eager passes
-  GraphRunner* prefill_runner;
-  GraphRunner* decode_runner;
+  Engine* engine;             // static/hybrid caches: every pass (runners when bucketed)
+  AttentionBackend* backend;  // no engine: eager passes through this backend
   int64_t new_tokens;
   at::Generator generator;
   const TokenCallback& on_token;
-  GraphRunner* verify_runner = nullptr;  // speculation: q = k + 1, every token's logits
 
-  at::Tensor forward(GraphRunner* runner, const at::Tensor& ids, const at::Tensor& pos,
-                     int64_t attend, Logits which) const {
-    const at::Device device = model.device();
-    if (runner) return runner->run({ids.to(device), pos.to(device)}, attend)[0];
-    return model.forward(ids.to(device), pos.to(device), *backend, attend, which);
+  at::Tensor forward(Pass pass, const StepInputs& in, Logits which) const {
+    if (engine) return engine->run(pass, in, which);
+    return run_pass(model, nullptr, *backend, in, which);
   }
 
   bool is_eos(int64_t id) const {

@@ -1,7 +1,7 @@
 // generate(): ragged-batch prefill then decode through one of the caches.
 
 #include <statickv/cache.hpp>
-#include <statickv/reference/generate.hpp>
+#include <statickv/reference/generator.hpp>
 
 #include <statickv/reference/prompt_cache.hpp>
 #include "call.hpp"
@@ -17,27 +17,7 @@
 
 namespace statickv::reference {
 
-CacheKind parse_cache_kind(const std::string& name) {
-  if (name == "static") return CacheKind::kStatic;
-  if (name == "hybrid") return CacheKind::kHybrid;
-  if (name == "dynamic") return CacheKind::kDynamic;
-  TORCH_CHECK(false, "cache: expected static, hybrid or dynamic but got ", name);
-}
-
-const char* to_string(CacheKind kind) {
-  switch (kind) {
-    case CacheKind::kStatic:
-      return "static";
-    case CacheKind::kHybrid:
-      return "hybrid";
-    case CacheKind::kDynamic:
-      return "dynamic";
-  }
-  return "unknown";
-}
-
 using detail::Call;
-using detail::host_tensor;
 using detail::Rows;
 
 namespace {
@@ -56,13 +36,8 @@ struct Generator::State {
   GenerateOptions options;
   int64_t max_batch;
   int64_t max_len;
-  int64_t chunk;  // most prompt tokens per prefill pass
-  std::unique_ptr<Cache> cache;
-  std::unique_ptr<CacheBackend> cache_backend;
-  std::unique_ptr<GraphRunner> prefill_runner, decode_runner;
-  std::unique_ptr<GraphRunner> verify_runner;  // speculation: q = speculate + 1
-  std::unique_ptr<Cache> draft_cache;          // draft-model drafting
-  std::unique_ptr<CacheBackend> draft_backend;
+  int64_t chunk;                   // most prompt tokens per prefill pass
+  std::unique_ptr<Engine> engine;  // static/hybrid caches; none for dynamic
 };
 
 namespace {
@@ -96,106 +71,46 @@ void check_options(const GenerateOptions& o, const LlamaModel& model, int64_t ma
               "or hybrid cache's rotary_update) but got fused");
 }
 
-/// The verification step of k drafts carries k + 1 query tokens per row:
-/// they must fit the cache's max_chunk (Note [ring rollback]).
-void check_verify_chunk(int64_t k, const Cache& cache, const char* which) {
-  const int64_t max_chunk = cache.config().effective_max_chunk();
-  TORCH_CHECK(k + 1 <= max_chunk, "speculate: expected speculate + 1 = ", k + 1,
-              " query tokens per verification step to fit the ", which,
-              " cache's max_chunk=", max_chunk, " (raise prefill_chunk) but got speculate=", k);
-}
-
 }  // namespace
 
 Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t max_batch,
                      int64_t max_len)
-    : state_(
-          new State{model, std::move(options), max_batch, max_len, 0, {}, {}, {}, {}, {}, {}, {}}) {
+    : state_(new State{model, std::move(options), max_batch, max_len, 0, {}}) {
   c10::InferenceMode inference;
   State& s = *state_;
   check_options(s.options, model, max_batch, max_len);
   s.chunk = s.options.prefill_chunk > 0 ? std::min(s.options.prefill_chunk, max_len) : max_len;
   if (s.options.cache == CacheKind::kDynamic) return;
-
-  CacheConfig cache_config = model.cache_config(max_batch, max_len);
-  cache_config.max_chunk = s.options.prefill_chunk > 0 ? s.chunk : 0;
-  cache_config.kv_storage = s.options.kv_storage;
-  cache_config.host_offload = s.options.host_offload;
-  if (s.options.cache == CacheKind::kStatic) {
-    s.cache = std::make_unique<StaticCache>(cache_config);
-  } else {
-    s.cache = std::make_unique<HybridCache>(cache_config);
-  }
-  s.chunk = std::min(s.chunk, s.cache->config().effective_max_chunk());
-  s.cache_backend = std::make_unique<CacheBackend>(*s.cache, s.options.kernel, s.options.path);
-  if (s.options.speculate > 0) check_verify_chunk(s.options.speculate, *s.cache, "target");
-  if (s.options.draft_model) {
-    // Any layer types; the target's max_chunk, so a verification step's
-    // rollback is exact in its rings too.
-    CacheConfig dc = s.options.draft_model->cache_config(max_batch, max_len);
-    dc.max_chunk = s.cache->config().effective_max_chunk();
-    s.draft_cache = std::make_unique<HybridCache>(dc);
-    s.draft_backend = std::make_unique<CacheBackend>(*s.draft_cache, s.options.kernel);
-  }
-  if (!s.options.bucketed) return;
-
-  // Bucketed runners: one forward per padded key, replayed as a CUDA graph on
-  // a GPU; they live as long as the session, so later calls replay what
-  // earlier ones captured. Padded rows and tokens carry position -1.
-  const ShapeBuckets prompt_buckets =
-      s.options.prompt_buckets.value_or(ShapeBuckets::powers_of_two(s.chunk));
-  const ShapeBuckets attend_buckets = s.options.attend_buckets.value_or(
-      ShapeBuckets::powers_of_two(max_len, std::min<int64_t>(64, max_len)));
-  TORCH_CHECK(prompt_buckets.max() >= s.chunk,
-              "prompt_buckets: expected a largest bucket >= ", s.chunk,
-              " (the prefill chunk) but got ", prompt_buckets.max());
-  // A full chunk pads to round_up(chunk): the cache must take that many.
-  const int64_t padded_chunk = prompt_buckets.round_up(s.chunk, "prompt_buckets");
-  TORCH_CHECK(padded_chunk <= s.cache->config().effective_max_chunk(),
-              "prompt_buckets: expected the bucket serving a full chunk of ", s.chunk,
-              " tokens to be <= ", s.cache->config().effective_max_chunk(),
-              " (the cache's max_chunk) but got ", padded_chunk);
-  TORCH_CHECK(attend_buckets.max() == max_len, "attend_buckets: expected a largest bucket of ",
-              max_len, " (max_len) but got ", attend_buckets.max());
-  const std::vector<InputSpec> inputs = {{"ids", at::kLong, {}, 0},
-                                         {"positions", at::kLong, {}, -1}};
-  State* state = state_.get();
-  auto step_of = [state](Logits logits) -> GraphRunner::StepFn {
-    return [state, logits](const std::vector<at::Tensor>& in, const GraphKey& key) {
-      return std::vector<at::Tensor>{
-          state->model.forward(in[0], in[1], *state->cache_backend, key.attend_len, logits)};
-    };
-  };
-  GraphRunner::Options ro;
-  ro.device = model.device();
-  ro.use_graphs = s.options.cuda_graphs;
-  ro.batch_buckets = ShapeBuckets::powers_of_two(max_batch);
-  ro.attend_buckets = attend_buckets;
-  ro.query_buckets = ShapeBuckets::of({1});
-  s.decode_runner = std::make_unique<GraphRunner>(inputs, step_of(Logits::kAll), ro);
-  if (s.options.speculate > 0) {
-    ro.query_buckets = ShapeBuckets::of({s.options.speculate + 1});
-    s.verify_runner = std::make_unique<GraphRunner>(inputs, step_of(Logits::kAll), ro);
-  }
-  // Prefill keeps each row's last logits only: [B, vocab] per key.
-  ro.query_buckets = prompt_buckets;
-  ro.row_outputs = {0};
-  s.prefill_runner = std::make_unique<GraphRunner>(inputs, step_of(Logits::kLast), ro);
+  EngineOptions e;
+  static_cast<EngineSettings&>(e) = s.options;
+  e.max_batch = max_batch;
+  e.max_len = max_len;
+  e.max_chunk = s.options.prefill_chunk > 0 ? s.chunk : 0;
+  e.prefill_chunk = s.chunk;
+  e.path = s.options.path;
+  e.decode_runner = true;  // q = 1 steps get their own runner, every token's logits
+  s.engine = std::make_unique<Engine>(model, e);
+  s.chunk = s.engine->prefill_chunk();
 }
 
 Generator::~Generator() = default;
 
-bool Generator::uses_graphs() const {
-  return state_->prefill_runner && state_->prefill_runner->uses_graphs();
-}
+bool Generator::uses_graphs() const { return state_->engine && state_->engine->uses_graphs(); }
+
+namespace {
+
+RunnerStats stats_of(const GraphRunner* runner) { return runner ? runner->stats() : RunnerStats{}; }
+
+}  // namespace
 
 RunnerStats Generator::prefill_stats() const {
-  return state_->prefill_runner ? state_->prefill_runner->stats() : RunnerStats{};
+  return state_->engine ? stats_of(state_->engine->runner(Pass::kPrefill)) : RunnerStats{};
 }
 
 RunnerStats Generator::decode_stats() const {
-  if (state_->verify_runner) return state_->verify_runner->stats();
-  return state_->decode_runner ? state_->decode_runner->stats() : RunnerStats{};
+  if (!state_->engine) return RunnerStats{};
+  const Pass pass = state_->options.speculate > 0 ? Pass::kVerify : Pass::kDecode;
+  return stats_of(state_->engine->runner(pass));
 }
 
 GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<int64_t>>& prompts,
@@ -248,25 +163,20 @@ std::vector<int64_t> check_prompts(const std::vector<std::vector<int64_t>>& prom
 /// [begin, begin + q), padded with position -1 past each prompt, and the
 /// rows whose prompt ends in this pass.
 struct PrefillChunk {
-  at::Tensor ids, positions;
+  StepInputs in;
   std::vector<int64_t> ending;
 };
 
 PrefillChunk pack_prefill_chunk(const std::vector<std::vector<int64_t>>& prompts,
                                 const std::vector<int64_t>& lens, int64_t begin, int64_t q) {
   const int64_t b = static_cast<int64_t>(prompts.size());
-  std::vector<int64_t> ids(static_cast<size_t>(b * q), 0), pos(ids.size(), -1);
+  StepPacker pack(b, q);
   PrefillChunk chunk;
   for (int64_t r = 0; r < b; ++r) {
-    const int64_t real = std::max<int64_t>(0, std::min(q, lens[r] - begin));
-    for (int64_t t = 0; t < real; ++t) {
-      ids[r * q + t] = prompts[r][begin + t];
-      pos[r * q + t] = begin + t;
-    }
+    pack.put_run(r, prompts[r], begin, std::max<int64_t>(0, std::min(q, lens[r] - begin)));
     if (lens[r] > begin && lens[r] <= begin + q) chunk.ending.push_back(r);
   }
-  chunk.ids = host_tensor(std::move(ids), b, q);
-  chunk.positions = host_tensor(std::move(pos), b, q);
+  chunk.in = pack.take();
   return chunk;
 }
 
@@ -280,8 +190,7 @@ at::Tensor prefill(const Call& call, const std::vector<std::vector<int64_t>>& pr
   for (int64_t begin = start; begin < longest; begin += chunk) {
     const int64_t q = std::min(chunk, longest - begin);
     const PrefillChunk in = pack_prefill_chunk(prompts, lens, begin, q);
-    const at::Tensor out = call.forward(call.prefill_runner, in.ids, in.positions,
-                                        /*attend=*/begin + q, Logits::kLast);
+    const at::Tensor out = call.forward(Pass::kPrefill, in.in, Logits::kLast);
     if (!last.defined()) {
       last = out.clone();
     } else {
@@ -297,18 +206,13 @@ at::Tensor prefill(const Call& call, const std::vector<std::vector<int64_t>>& pr
 /// Returns logits [b, vocab].
 at::Tensor decode_one_token(const Call& call, const Rows& rows, const std::vector<int64_t>& lens) {
   const int64_t b = static_cast<int64_t>(lens.size());
-  std::vector<int64_t> ids(static_cast<size_t>(b), 0), pos(ids.size(), -1);
-  int64_t attend = 1;
+  StepPacker pack(b, 1);
   for (int64_t r = 0; r < b; ++r) {
     if (rows.done[r]) continue;
-    ids[r] = rows.tokens[r].back();
-    pos[r] = lens[r] + static_cast<int64_t>(rows.tokens[r].size()) - 1;
-    attend = std::max(attend, pos[r] + 1);
+    pack.put(r, 0, rows.tokens[r].back(),
+             lens[r] + static_cast<int64_t>(rows.tokens[r].size()) - 1);
   }
-  return call
-      .forward(call.decode_runner, host_tensor(std::move(ids), b, 1),
-               host_tensor(std::move(pos), b, 1), attend, Logits::kAll)
-      .select(1, 0);
+  return call.forward(Pass::kDecode, pack.take(), Logits::kAll).select(1, 0);
 }
 
 /// Decodes until every row is done or has new_tokens tokens; returns the
@@ -352,17 +256,18 @@ SpeculationStats Generator::speculate(State& s, detail::Call& call, detail::Rows
   detail::Speculator spec;
   spec.k = s.options.speculate;
   spec.ngram = s.options.lookup_ngram;
-  spec.cache = s.cache.get();
+  Engine& engine = *s.engine;
+  spec.cache = &engine.cache();
   if (s.options.draft_model) {
     // The draft model's cache starts fresh and holds each whole prompt.
-    s.draft_cache->reset_rows(at::arange(s.max_batch, at::TensorOptions().dtype(at::kLong)));
-    const Call draft{
-        *s.options.draft_model, s.options,      s.draft_backend.get(), nullptr, nullptr,
-        call.new_tokens,        call.generator, call.on_token};
-    prefill(draft, prompts, lens, s.draft_cache->config().effective_max_chunk());
+    Cache& draft_cache = *engine.draft_cache();
+    draft_cache.reset_rows(at::arange(s.max_batch, at::TensorOptions().dtype(at::kLong)));
+    const Call draft{*s.options.draft_model, s.options,      nullptr,      engine.draft_backend(),
+                     call.new_tokens,        call.generator, call.on_token};
+    prefill(draft, prompts, lens, draft_cache.config().effective_max_chunk());
     spec.draft_model = s.options.draft_model;
-    spec.draft_cache = s.draft_cache.get();
-    spec.draft_backend = s.draft_backend.get();
+    spec.draft_cache = &draft_cache;
+    spec.draft_backend = engine.draft_backend();
   }
   return detail::speculate_n_tokens(call, rows, prompts, lens, spec);
 }
@@ -382,12 +287,13 @@ GenerateResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     c10::InferenceMode inference;
     // A fresh start for every row (Note [a reset row is a fresh row]).
     std::unique_ptr<DynamicCache> dynamic;
-    AttentionBackend* backend = s.cache_backend.get();
-    if (s.cache) {
-      s.cache->reset_rows(at::arange(s.max_batch, at::TensorOptions().dtype(at::kLong)));
+    Cache* cache = s.engine ? &s.engine->cache() : nullptr;
+    AttentionBackend* backend = s.engine ? &s.engine->backend() : nullptr;
+    if (cache) {
+      cache->reset_rows(at::arange(s.max_batch, at::TensorOptions().dtype(at::kLong)));
       if (cached) {
         const auto restore_start = Clock::now();
-        result.restored_tokens = restore_prefix(*s.cache, *cached, lens[0]);
+        result.restored_tokens = restore_prefix(*cache, *cached, lens[0]);
         result.restore_seconds = seconds_since(restore_start, s.model.device());
       }
     } else {
@@ -396,13 +302,8 @@ GenerateResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     }
     for (const int64_t len : lens) result.prefilled_tokens += len;
     result.prefilled_tokens -= result.restored_tokens;
-    Call call{s.model,
-              s.options,
-              backend,
-              s.prefill_runner.get(),
-              s.decode_runner.get(),
-              new_tokens,
-              at::make_generator<at::CPUGeneratorImpl>(s.options.seed),
+    Call call{s.model, s.options,  s.engine.get(),
+              backend, new_tokens, at::make_generator<at::CPUGeneratorImpl>(s.options.seed),
               on_token};
     const at::Device device = s.model.device();
     auto start = Clock::now();
@@ -410,16 +311,15 @@ GenerateResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     result.prefill_seconds = seconds_since(start, device);
     start = Clock::now();
     if (s.options.speculate > 0) {
-      call.verify_runner = s.verify_runner.get();
       result.speculation = speculate(s, call, rows, prompts, lens);
       result.decode_steps = result.speculation.verify_steps;
     } else {
       result.decode_steps = decode_n_tokens(call, rows, lens);
     }
     result.decode_seconds = seconds_since(start, device);
-    result.cache_bytes = s.cache ? s.cache->memory_bytes() : dynamic->memory_bytes();
-    result.staging_bytes = s.cache ? s.cache->staging_bytes() : 0;
-    result.host_cache_bytes = s.cache ? s.cache->host_memory_bytes() : 0;
+    result.cache_bytes = cache ? cache->memory_bytes() : dynamic->memory_bytes();
+    result.staging_bytes = cache ? cache->staging_bytes() : 0;
+    result.host_cache_bytes = cache ? cache->host_memory_bytes() : 0;
   }
   // Outside inference mode: the caller gets ordinary tensors.
   result.tokens = std::move(rows.tokens);
@@ -434,22 +334,22 @@ GenerateResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
 int64_t Generator::save_prompt(const std::vector<int64_t>& prompt, const std::string& path,
                                const std::string& model_id) {
   State& s = *state_;
-  TORCH_CHECK(s.cache, "save_prompt: expected a static or hybrid cache but got dynamic");
+  TORCH_CHECK(s.engine, "save_prompt: expected a static or hybrid cache but got dynamic");
+  Cache& cache = s.engine->cache();
   const std::vector<int64_t> lens =
       check_prompts({prompt}, s.model.config().vocab_size, s.max_batch, s.max_len, 0);
   c10::InferenceMode inference;
-  s.cache->reset_rows(at::arange(s.max_batch, at::TensorOptions().dtype(at::kLong)));
+  cache.reset_rows(at::arange(s.max_batch, at::TensorOptions().dtype(at::kLong)));
   const TokenCallback no_callback;
   const Call call{s.model,
                   s.options,
-                  s.cache_backend.get(),
-                  s.prefill_runner.get(),
-                  s.decode_runner.get(),
+                  s.engine.get(),
+                  &s.engine->backend(),
                   1,
                   at::make_generator<at::CPUGeneratorImpl>(s.options.seed),
                   no_callback};
   prefill(call, {prompt}, lens, s.chunk);
-  write_prompt_cache(path, *s.cache, 0, prompt, model_id);
+  write_prompt_cache(path, cache, 0, prompt, model_id);
   return lens[0];
 }
 
@@ -459,8 +359,8 @@ GenerateResult Generator::generate_with_prompt_cache(const std::vector<int64_t>&
                                                      const TokenCallback& on_token,
                                                      const std::string& model_id) {
   State& s = *state_;
-  TORCH_CHECK(s.cache, "prompt cache: expected a static or hybrid cache but got dynamic");
-  const PromptCache cached = read_prompt_cache(path, s.cache->config(), model_id);
+  TORCH_CHECK(s.engine, "prompt cache: expected a static or hybrid cache but got dynamic");
+  const PromptCache cached = read_prompt_cache(path, s.engine->cache().config(), model_id);
   const size_t n = cached.ids.size();
   TORCH_CHECK(n >= 1 && n <= prompt.size(), path, ": expected at most the prompt's ", prompt.size(),
               " ids (a prefix of it) but got ", n);

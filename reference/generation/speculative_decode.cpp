@@ -58,23 +58,16 @@ Drafts lookup_drafts(const Call& call, const Rows& rows,
 at::Tensor draft_pass(const Speculator& spec, const std::vector<std::vector<int64_t>>& seqs,
                       const std::vector<int64_t>& upto, Lengths& lengths) {
   const auto b = static_cast<int64_t>(seqs.size());
-  int64_t q = 1, attend = 1;
+  int64_t q = 1;
   for (int64_t r = 0; r < b; ++r) q = std::max(q, upto[r] - lengths.draft[r] + 1);
-  std::vector<int64_t> ids(static_cast<size_t>(b * q), 0), pos(ids.size(), -1);
+  StepPacker pack(b, q);
   for (int64_t r = 0; r < b; ++r) {
-    for (int64_t p = lengths.draft[r], t = 0; p <= upto[r]; ++p, ++t) {
-      ids[r * q + t] = seqs[r][p];
-      pos[r * q + t] = p;
-    }
-    if (upto[r] >= 0) {
-      attend = std::max(attend, upto[r] + 1);
-      lengths.draft[r] = std::max(lengths.draft[r], upto[r] + 1);
-    }
+    if (upto[r] < 0) continue;
+    const int64_t from = lengths.draft[r];
+    for (int64_t p = from; p <= upto[r]; ++p) pack.put(r, p - from, seqs[r][p], p);
+    lengths.draft[r] = std::max(lengths.draft[r], upto[r] + 1);
   }
-  const at::Device device = spec.draft_model->device();
-  return spec.draft_model->forward(host_tensor(ids, b, q).to(device),
-                                   host_tensor(pos, b, q).to(device), *spec.draft_backend, attend,
-                                   Logits::kLast);
+  return run_pass(*spec.draft_model, nullptr, *spec.draft_backend, pack.take(), Logits::kLast);
 }
 
 /// Draft-model drafting: up to k autoregressive draft passes; the first
@@ -123,21 +116,16 @@ Drafts model_drafts(Call& call, const Rows& rows, const std::vector<std::vector<
 at::Tensor verify(const Call& call, const Rows& rows, const std::vector<int64_t>& lens,
                   const Drafts& d, int64_t k) {
   const auto b = static_cast<int64_t>(rows.done.size());
-  const int64_t q = k + 1;
-  std::vector<int64_t> ids(static_cast<size_t>(b * q), 0), pos(ids.size(), -1);
-  int64_t attend = 1;
+  StepPacker pack(b, k + 1);
   for (int64_t r = 0; r < b; ++r) {
     if (rows.done[r]) continue;
     const int64_t start = newest(rows, lens, r);
-    ids[r * q] = rows.tokens[r].back();
-    for (size_t t = 0; t <= d.ids[r].size(); ++t) {
-      if (t > 0) ids[r * q + t] = d.ids[r][t - 1];
-      pos[r * q + t] = start + static_cast<int64_t>(t);
+    pack.put(r, 0, rows.tokens[r].back(), start);
+    for (size_t t = 1; t <= d.ids[r].size(); ++t) {
+      pack.put(r, static_cast<int64_t>(t), d.ids[r][t - 1], start + static_cast<int64_t>(t));
     }
-    attend = std::max(attend, start + static_cast<int64_t>(d.ids[r].size()) + 1);
   }
-  return call.forward(call.verify_runner, host_tensor(ids, b, q), host_tensor(pos, b, q), attend,
-                      Logits::kAll);
+  return call.forward(Pass::kVerify, pack.take(), Logits::kAll);
 }
 
 /// Row r's verdict from its logits [k + 1, vocab] (host when sampling or

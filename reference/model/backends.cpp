@@ -2,7 +2,7 @@
 // DynamicCache baseline (torch::cat growth, Hugging Face's DynamicCache).
 
 #include <statickv/attention.hpp>
-#include <statickv/checks.hpp>
+#include <statickv/detail/checks.hpp>
 #include <statickv/reference/backends.hpp>
 #include <statickv/rotary.hpp>
 
@@ -43,9 +43,10 @@ CacheBackend::CacheBackend(Cache& cache, AttentionKernel kernel, DecodePath path
 }
 
 void CacheBackend::begin(const at::Tensor& positions, int64_t attend_len) {
-  check_tokens("CacheBackend.positions", positions);
-  // Drop the last pass's plan first, so prepare() need not build the masks
-  // it never used (Note [lazy masks]).
+  // Positions were checked at the door (LlamaModel::forward: int64 [b, q]
+  // as ids); prepare() checks them against the cache. Drop the last pass's
+  // plan first, so prepare() need not build the masks it never used (Note
+  // [lazy masks]).
   step_.reset();
   step_ = std::make_unique<StepPlan>(cache_.prepare(positions, positions.size(0), attend_len));
 }

@@ -1,6 +1,7 @@
 // The reference Llama-family decoder and its attention backends.
 
-#include <statickv/checks.hpp>
+#include <statickv/detail/checks.hpp>
+#include <statickv/reference/checkpoint.hpp>
 #include <statickv/reference/model.hpp>
 #include <statickv/rotary.hpp>
 

@@ -27,36 +27,28 @@ std::vector<int64_t> row_ids(const Active& row) {
 
 /// One draft call over rows [0, b): row r feeds seqs[r] from its draft_len
 /// to the end when `fed[r]`, else padding. Returns the newest logits [b, vocab].
-at::Tensor draft_pass(RowTable& table, const LlamaModel& draft, CacheBackend& backend,
+at::Tensor draft_pass(RowTable& table, Engine& engine,
                       const std::vector<std::vector<int64_t>>& seqs, const std::vector<bool>& fed) {
   const auto b = static_cast<int64_t>(seqs.size());
-  int64_t q = 1, attend = 1;
+  int64_t q = 1;
   for (int64_t r = 0; r < b; ++r) {
     const Active& row = table.rows()[static_cast<size_t>(r)];
     if (fed[r]) q = std::max(q, static_cast<int64_t>(seqs[r].size()) - row.draft_len);
   }
-  std::vector<int64_t> ids(static_cast<size_t>(b * q), 0), pos(ids.size(), -1);
+  StepPacker pack(b, q);
   for (int64_t r = 0; r < b; ++r) {
     Active& row = table.rows()[static_cast<size_t>(r)];
     if (!fed[r]) continue;
     const auto end = static_cast<int64_t>(seqs[r].size());
-    for (int64_t p = row.draft_len, t = 0; p < end; ++p, ++t) {
-      ids[r * q + t] = seqs[r][p];
-      pos[r * q + t] = p;
-    }
+    for (int64_t p = row.draft_len; p < end; ++p) pack.put(r, p - row.draft_len, seqs[r][p], p);
     row.draft_len = end;
-    attend = std::max(attend, end);
   }
-  const auto opts = at::TensorOptions().dtype(at::kLong);
-  const at::Device device = draft.device();
-  return draft.forward(at::tensor(ids, opts).view({b, q}).to(device),
-                       at::tensor(pos, opts).view({b, q}).to(device), backend, attend,
-                       Logits::kLast);
+  return engine.run_draft(pack.take());
 }
 
 }  // namespace
 
-Drafts model_drafts(RowTable& table, const LlamaModel& draft, CacheBackend& backend, int64_t k) {
+Drafts model_drafts(RowTable& table, Engine& engine, int64_t k) {
   const size_t b = table.live();
   Drafts d{std::vector<std::vector<int64_t>>(b), std::vector<at::Tensor>(b)};
   std::vector<std::vector<int64_t>> seqs(b);
@@ -69,7 +61,7 @@ Drafts model_drafts(RowTable& table, const LlamaModel& draft, CacheBackend& back
   for (int64_t i = 0; i < *std::max_element(want.begin(), want.end()); ++i) {
     std::vector<bool> fed(b);
     for (size_t r = 0; r < b; ++r) fed[r] = want[r] > i;
-    const at::Tensor logits = draft_pass(table, draft, backend, seqs, fed);
+    const at::Tensor logits = draft_pass(table, engine, seqs, fed);
     const at::Tensor greedy = logits.argmax(-1).cpu();
     for (size_t r = 0; r < b; ++r) {
       if (!fed[r]) continue;

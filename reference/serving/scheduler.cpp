@@ -20,19 +20,12 @@
 namespace statickv::reference {
 
 using serving_detail::Active;
-using serving_detail::CallInputs;
 using serving_detail::RowTable;
 
 struct Scheduler::State {
   const LlamaModel& model;
   SchedulerOptions options;
-  std::unique_ptr<Cache> cache;
-  std::unique_ptr<CacheBackend> backend;
-  std::unique_ptr<GraphRunner> runner;
-  std::unique_ptr<GraphRunner>
-      verify_runner;                   // speculation: q = speculate + 1, every token's logits
-  std::unique_ptr<Cache> draft_cache;  // draft-model drafting: rows mirror the target's
-  std::unique_ptr<CacheBackend> draft_backend;
+  std::unique_ptr<Engine> engine;   // the cache, backends and runners (draft model's too)
   std::unique_ptr<RowTable> table;  // rows()[r] lives in cache row r
   std::deque<Active> waiting;
   std::vector<Completion> finished;
@@ -74,65 +67,25 @@ SchedulerOptions resolved(const LlamaModel& model, SchedulerOptions o) {
 }  // namespace
 
 Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions options)
-    : state_(new State{
-          model, resolved(model, std::move(options)), {}, {}, {}, {}, {}, {}, {}, {}, {}, {}}) {
+    : state_(new State{model, resolved(model, std::move(options)), {}, {}, {}, {}, {}}) {
   c10::InferenceMode inference;
   State& s = *state_;
   const SchedulerOptions& o = s.options;
-  CacheConfig config = model.cache_config(o.max_batch, o.max_len);
+  EngineOptions e;
+  static_cast<EngineSettings&>(e) =
+      o;  // one runner for decode and prefill: q = 1 is a prompt bucket
+  e.max_batch = o.max_batch;
+  e.max_len = o.max_len;
   // A full chunk pads to its bucket: the cache must take that many tokens
   // per row in one step (a sliding layer's ring grows by it).
-  config.max_chunk = o.prompt_buckets->round_up(o.prefill_chunk, "prompt_buckets");
-  config.kv_storage = o.kv_storage;
-  config.host_offload = o.host_offload;
-  TORCH_CHECK(config.max_chunk <= o.max_len, "prompt_buckets: expected the bucket serving a ",
+  e.max_chunk = o.prompt_buckets->round_up(o.prefill_chunk, "prompt_buckets");
+  TORCH_CHECK(e.max_chunk <= o.max_len, "prompt_buckets: expected the bucket serving a ",
               "full chunk of ", o.prefill_chunk, " tokens to be <= max_len=", o.max_len,
-              " but got ", config.max_chunk);
-  TORCH_CHECK(o.speculate + 1 <= config.max_chunk,
-              "speculate: expected speculate + 1 = ", o.speculate + 1,
-              " query tokens per verification step to fit max_chunk=", config.max_chunk,
-              " (the bucket serving prefill_chunk=", o.prefill_chunk,
-              "; raise prefill_chunk) but got speculate=", o.speculate);
-  if (o.cache == CacheKind::kStatic) {
-    s.cache = std::make_unique<StaticCache>(config);
-  } else {
-    s.cache = std::make_unique<HybridCache>(config);
-  }
-  s.backend = std::make_unique<CacheBackend>(*s.cache, o.kernel);
-  if (o.draft_model) {
-    // Any layer types; the target's max_chunk, so the draft's rings take a
-    // prefill chunk and roll back exactly (Note [ring rollback]).
-    CacheConfig dc = o.draft_model->cache_config(o.max_batch, o.max_len);
-    dc.max_chunk = config.max_chunk;
-    s.draft_cache = std::make_unique<HybridCache>(dc);
-    s.draft_backend = std::make_unique<CacheBackend>(*s.draft_cache, o.kernel);
-  }
-  s.table = std::make_unique<RowTable>(*s.cache, s.draft_cache.get());
+              " but got ", e.max_chunk);
+  e.prefill_chunk = o.prefill_chunk;
+  s.engine = std::make_unique<Engine>(model, e);
+  s.table = std::make_unique<RowTable>(s.engine->cache(), s.engine->draft_cache());
   s.stats.max_batch = o.max_batch;
-  if (!o.bucketed) return;
-  GraphRunner::Options ro;
-  ro.device = s.model.device();
-  ro.use_graphs = o.cuda_graphs;
-  ro.batch_buckets = ShapeBuckets::powers_of_two(o.max_batch);
-  ro.query_buckets = *o.prompt_buckets;
-  ro.attend_buckets = *o.attend_buckets;
-  ro.row_outputs = {0};  // each row's newest token's logits: [B, vocab]
-  State* state = &s;
-  // One step for decode and prefill alike: padded tokens and rows carry
-  // position -1 and land in the scratch slot (Invariant [scratch slot]).
-  auto step_of = [state](Logits logits) -> GraphRunner::StepFn {
-    return [state, logits](const std::vector<at::Tensor>& in, const GraphKey& key) {
-      return std::vector<at::Tensor>{
-          state->model.forward(in[0], in[1], *state->backend, key.attend_len, logits)};
-    };
-  };
-  const std::vector<InputSpec> inputs = {{"ids", at::kLong, {}, 0},
-                                         {"positions", at::kLong, {}, -1}};
-  s.runner = std::make_unique<GraphRunner>(inputs, step_of(Logits::kLast), ro);
-  if (o.speculate == 0) return;
-  ro.query_buckets = ShapeBuckets::of({o.speculate + 1});
-  ro.row_outputs = {};
-  s.verify_runner = std::make_unique<GraphRunner>(inputs, step_of(Logits::kAll), ro);
 }
 
 Scheduler::~Scheduler() = default;
@@ -152,50 +105,26 @@ std::vector<int64_t> allot(const RowTable& table, int64_t chunk, int64_t budget)
   return fed;
 }
 
-CallInputs host_inputs(std::vector<int64_t> ids, std::vector<int64_t> pos, int64_t b, int64_t q) {
-  CallInputs in;
-  const auto opts = at::TensorOptions().dtype(at::kLong);
-  in.ids = at::tensor(ids, opts).view({b, q});
-  in.positions = at::tensor(pos, opts).view({b, q});
-  return in;
-}
-
 /// The prefill call: rows [0, b) of the prefill region, each row's chunk
 /// from column 0, position -1 past it (b: one past the last row fed).
-CallInputs pack_prefill(const RowTable& table, const std::vector<int64_t>& fed, int64_t b) {
-  const int64_t q = *std::max_element(fed.begin(), fed.begin() + b);
-  std::vector<int64_t> ids(static_cast<size_t>(b * q), 0), pos(ids.size(), -1);
-  int64_t attend = 1, real = 0;
+StepInputs pack_prefill(const RowTable& table, const std::vector<int64_t>& fed, int64_t b) {
+  StepPacker pack(b, *std::max_element(fed.begin(), fed.begin() + b));
   for (int64_t r = 0; r < b; ++r) {
     const Active& row = table.rows()[static_cast<size_t>(r)];
-    for (int64_t t = 0; t < fed[r]; ++t) {
-      ids[r * q + t] = row.request.prompt[row.prompt_done + t];
-      pos[r * q + t] = row.prompt_done + t;
-    }
-    if (fed[r] > 0) attend = std::max(attend, row.prompt_done + fed[r]);
-    real += fed[r];
+    pack.put_run(r, row.request.prompt, row.prompt_done, fed[r]);
   }
-  CallInputs in = host_inputs(std::move(ids), std::move(pos), b, q);
-  in.attend = attend;
-  in.real = real;
-  return in;
+  return pack.take();
 }
 
 /// The decode call: rows [0, live) at q = 1, the prefill region as padding.
-CallInputs pack_decode(const RowTable& table) {
-  const int64_t b = static_cast<int64_t>(table.live());
-  std::vector<int64_t> ids(static_cast<size_t>(b), 0), pos(ids.size(), -1);
-  int64_t attend = 1;
+StepInputs pack_decode(const RowTable& table) {
+  StepPacker pack(static_cast<int64_t>(table.live()), 1);
   for (size_t r = table.prefilling(); r < table.live(); ++r) {
     const Active& row = table.rows()[r];
-    ids[r] = row.tokens.back();
-    pos[r] = row.prompt_len() + static_cast<int64_t>(row.tokens.size()) - 1;
-    attend = std::max(attend, pos[r] + 1);
+    pack.put(static_cast<int64_t>(r), 0, row.tokens.back(),
+             row.prompt_len() + static_cast<int64_t>(row.tokens.size()) - 1);
   }
-  CallInputs in = host_inputs(std::move(ids), std::move(pos), b, 1);
-  in.attend = attend;
-  in.real = b - static_cast<int64_t>(table.prefilling());
-  return in;
+  return pack.take();
 }
 
 bool is_stop(const Active& row, int64_t token) {
@@ -246,20 +175,14 @@ int64_t accept_verdict(Active& row, const DecodeCall& call, int64_t i, ServeCloc
 
 // Not in the anonymous namespace: it names the private State.
 struct SchedulerSteps {
-  /// Runs one call (through the runner or eagerly) and accounts for it.
-  static at::Tensor run(Scheduler::State& s, const CallInputs& in) {
-    return run(s, in, s.runner.get(), Logits::kLast);
-  }
-  static at::Tensor run(Scheduler::State& s, const CallInputs& in, GraphRunner* runner,
-                        Logits which) {
-    const at::Device device = s.model.device();
-    const at::Tensor ids = in.ids.to(device), pos = in.positions.to(device);
-    const int64_t b = ids.size(0), q = ids.size(1);
+  /// Runs one call (through its runner or eagerly) and accounts for it.
+  static at::Tensor run(Scheduler::State& s, Pass pass, const StepInputs& in, Logits which) {
+    const int64_t b = in.ids.size(0), q = in.ids.size(1);
+    GraphRunner* runner = s.engine->runner(pass);
     const GraphKey key = runner ? runner->key_for(b, q, in.attend) : GraphKey{b, q, in.attend};
     s.stats.real_tokens += in.real;
     s.stats.padded_tokens += key.batch * key.query_len - in.real;
-    if (runner) return runner->run({ids, pos}, in.attend)[0];
-    return s.model.forward(ids, pos, *s.backend, in.attend, which);
+    return s.engine->run(pass, in, which);
   }
 
   /// The decode call: every decoding row's newest token, or under
@@ -268,11 +191,10 @@ struct SchedulerSteps {
     DecodeCall out;
     const int64_t k = s.options.speculate;
     if (k == 0) {
-      out.logits = run(s, pack_decode(table));
+      out.logits = run(s, Pass::kDecode, pack_decode(table), Logits::kLast);
     } else {
       if (s.options.draft_model) {
-        serving_detail::Drafts d =
-            serving_detail::model_drafts(table, *s.options.draft_model, *s.draft_backend, k);
+        serving_detail::Drafts d = serving_detail::model_drafts(table, *s.engine, k);
         out.drafts = std::move(d.ids);
         out.q = std::move(d.q);
       } else {
@@ -281,8 +203,8 @@ struct SchedulerSteps {
           out.drafts[r] = serving_detail::lookup_drafts(table.rows()[r], k, s.options.lookup_ngram);
         }
       }
-      out.logits = run(s, serving_detail::pack_verify(table, out.drafts, k), s.verify_runner.get(),
-                       Logits::kAll);
+      out.logits =
+          run(s, Pass::kVerify, serving_detail::pack_verify(table, out.drafts, k), Logits::kAll);
       ++s.stats.speculation.verify_steps;
     }
     out.greedy = out.logits.argmax(-1).cpu();
@@ -290,19 +212,17 @@ struct SchedulerSteps {
   }
 
   /// The prefill call, fed to the draft model's cache too (eagerly).
-  static at::Tensor prefill(Scheduler::State& s, const CallInputs& in) {
-    at::Tensor logits = run(s, in).clone();
-    if (!s.options.draft_model) return logits;
-    const at::Device device = s.options.draft_model->device();
-    s.options.draft_model->forward(in.ids.to(device), in.positions.to(device), *s.draft_backend,
-                                   in.attend, Logits::kLast);
+  static at::Tensor prefill(Scheduler::State& s, const StepInputs& in) {
+    at::Tensor logits = run(s, Pass::kPrefill, in, Logits::kLast).clone();
+    if (s.options.draft_model) s.engine->run_draft(in);
     return logits;
   }
 
   /// The draft cache keeps what the target keeps of what it drafted from
   /// (Note [ring rollback]): rejected drafts leave both caches.
   static void roll_back_draft(Scheduler::State& s, const std::vector<int64_t>& kept) {
-    if (!s.draft_cache) return;
+    Cache* draft_cache = s.engine->draft_cache();
+    if (!draft_cache) return;
     std::vector<int64_t> lengths(kept.size());
     bool rejected = false;
     for (size_t r = 0; r < kept.size(); ++r) {
@@ -311,7 +231,7 @@ struct SchedulerSteps {
       rejected = rejected || lengths[r] != row.draft_len;
       row.draft_len = lengths[r];
     }
-    if (rejected) s.draft_cache->rollback(lengths);
+    if (rejected) draft_cache->rollback(lengths);
   }
 };
 
@@ -411,7 +331,9 @@ void Scheduler::step() {
       accept(row, decode.logits[i], decode.greedy[i].item<int64_t>(), now);
     }
   }
-  if (spec.drafted - spec.accepted > rejected) s.cache->rollback(kept);  // Note [ring rollback]
+  if (spec.drafted - spec.accepted > rejected) {
+    s.engine->cache().rollback(kept);  // Note [ring rollback]
+  }                                    // Note [ring rollback]
   SchedulerSteps::roll_back_draft(s, kept);
   table.regroup();
   // Highest row first: a row moved into a hole is never one still to retire.
@@ -440,24 +362,24 @@ std::vector<Completion> Scheduler::take_finished() {
 
 void Scheduler::warm_up() {
   c10::InferenceMode inference;
-  if (state_->runner) state_->runner->capture_all();
-  if (state_->verify_runner) state_->verify_runner->capture_all();
+  state_->engine->warm_up();
 }
 
 EngineStats Scheduler::stats() const {
   EngineStats out = state_->stats;
   out.row_copies = state_->table->row_copies();
-  if (state_->runner) out.runner = state_->runner->stats();
-  if (state_->verify_runner) out.verify_runner = state_->verify_runner->stats();
+  if (const GraphRunner* r = state_->engine->runner(Pass::kPrefill)) out.runner = r->stats();
+  if (const GraphRunner* r = state_->engine->runner(Pass::kVerify)) out.verify_runner = r->stats();
   return out;
 }
 
 const SchedulerOptions& Scheduler::options() const { return state_->options; }
-const Cache& Scheduler::cache() const { return *state_->cache; }
+const Cache& Scheduler::cache() const { return state_->engine->cache(); }
 
 GraphKey Scheduler::key_for(int64_t b, int64_t q, int64_t attend_len) const {
-  TORCH_CHECK(state_->runner != nullptr, "key_for: expected a bucketed scheduler");
-  return state_->runner->key_for(b, q, attend_len);
+  const GraphRunner* runner = state_->engine->runner(Pass::kPrefill);
+  TORCH_CHECK(runner != nullptr, "key_for: expected a bucketed scheduler");
+  return runner->key_for(b, q, attend_len);
 }
 
 }  // namespace statickv::reference

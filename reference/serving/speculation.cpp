@@ -27,25 +27,19 @@ std::vector<int64_t> lookup_drafts(const Active& row, int64_t k, int64_t ngram) 
   return prompt_lookup_draft(ids, n, ngram);
 }
 
-CallInputs pack_verify(const RowTable& table, const std::vector<std::vector<int64_t>>& drafts,
+StepInputs pack_verify(const RowTable& table, const std::vector<std::vector<int64_t>>& drafts,
                        int64_t k) {
   const auto b = static_cast<int64_t>(table.live());
-  const int64_t q = k + 1;
-  std::vector<int64_t> ids(static_cast<size_t>(b * q), 0), pos(ids.size(), -1);
-  CallInputs in;
+  StepPacker pack(b, k + 1);
   for (int64_t r = static_cast<int64_t>(table.prefilling()); r < b; ++r) {
     const Active& row = table.rows()[static_cast<size_t>(r)];
     const std::vector<int64_t>& d = drafts[static_cast<size_t>(r)];
-    ids[r * q] = row.tokens.back();
-    std::copy(d.begin(), d.end(), ids.begin() + r * q + 1);
-    for (int64_t t = 0; t <= static_cast<int64_t>(d.size()); ++t) pos[r * q + t] = newest(row) + t;
-    in.attend = std::max(in.attend, newest(row) + static_cast<int64_t>(d.size()) + 1);
-    in.real += static_cast<int64_t>(d.size()) + 1;
+    pack.put(r, 0, row.tokens.back(), newest(row));
+    for (size_t t = 1; t <= d.size(); ++t) {
+      pack.put(r, static_cast<int64_t>(t), d[t - 1], newest(row) + static_cast<int64_t>(t));
+    }
   }
-  const auto opts = at::TensorOptions().dtype(at::kLong);
-  in.ids = at::tensor(ids, opts).view({b, q});
-  in.positions = at::tensor(pos, opts).view({b, q});
-  return in;
+  return pack.take();
 }
 
 Verdict judge(Active& row, const at::Tensor& logits, const at::Tensor& greedy,

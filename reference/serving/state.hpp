@@ -3,7 +3,8 @@
 // requests.cpp (request checks, token picks, completions). Not installed.
 
 #include <statickv/cache.hpp>
-#include <statickv/reference/serving.hpp>
+#include <statickv/reference/engine.hpp>
+#include <statickv/reference/scheduler.hpp>
 #include <statickv/reference/speculative.hpp>
 
 #include <ATen/ATen.h>
@@ -28,13 +29,6 @@ struct Active {
 
   int64_t prompt_len() const { return static_cast<int64_t>(request.prompt.size()); }
   bool decoding() const { return prompt_done == prompt_len(); }
-};
-
-/// One runner call's inputs: [b, q] ids and positions (host).
-struct CallInputs {
-  at::Tensor ids, positions;
-  int64_t attend = 1;  // one past the highest position fed
-  int64_t real = 0;    // real tokens
 };
 
 /// The cache rows of the live requests in two regions (Note [live rows are
@@ -100,12 +94,12 @@ struct Drafts {
 /// row what its draft cache lacks (its newest token, and the last draft
 /// when all were accepted), the later ones the previous draft. Advances
 /// each row's draft_len.
-Drafts model_drafts(RowTable& table, const LlamaModel& draft, CacheBackend& backend, int64_t k);
+Drafts model_drafts(RowTable& table, Engine& engine, int64_t k);
 
 /// The verification call: rows [0, live), each decoding row's newest token
 /// and drafts at consecutive positions, q = k + 1; the prefill region and
 /// the tokens past a row's drafts are padding.
-CallInputs pack_verify(const RowTable& table, const std::vector<std::vector<int64_t>>& drafts,
+StepInputs pack_verify(const RowTable& table, const std::vector<std::vector<int64_t>>& drafts,
                        int64_t k);
 
 /// A decoding row's verdict from its verification logits [k + 1, vocab]

@@ -3,7 +3,7 @@
 
 #include "../support.hpp"
 
-#include <statickv/reference/generate.hpp>
+#include <statickv/reference/generator.hpp>
 
 #include <vector>
 

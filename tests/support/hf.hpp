@@ -1,5 +1,5 @@
 #pragma once
-// Test support for the Hugging Face cross-check checkpoints (tests/hf,
+// Test support for the Hugging Face cross-check checkpoints (tests/reference/hf,
 // make_reference.py): where they are, and what transformers generated.
 
 #include "../support.hpp"
@@ -37,15 +37,15 @@ inline std::filesystem::path env_dir(const char* variable, const char* how) {
 
 /// The directory of one model written by make_reference.py.
 inline std::string hf_model_dir(const std::string& name) {
-  const std::filesystem::path root =
-      env_dir("STATICKV_HF_DIR",
-              "run tests/hf/make_reference.py OUT_DIR and point STATICKV_HF_DIR at OUT_DIR "
-              "(ctest's hf_crosscheck does both)");
+  const std::filesystem::path root = env_dir(
+      "STATICKV_HF_DIR",
+      "run tests/reference/hf/make_reference.py OUT_DIR and point STATICKV_HF_DIR at OUT_DIR "
+      "(ctest's hf_crosscheck does both)");
   const std::filesystem::path dir = root / name;
   if (!std::filesystem::is_regular_file(dir / "expected.safetensors") ||
       !std::filesystem::is_regular_file(dir / "config.json")) {
     FAIL(dir.string() << " lacks config.json or expected.safetensors: run "
-                         "tests/hf/make_reference.py "
+                         "tests/reference/hf/make_reference.py "
                       << root.string());
   }
   return dir.string();

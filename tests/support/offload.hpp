@@ -2,8 +2,8 @@
 // Host offload's test support (Note [host offload]): Twin drives a plain
 // cache and an offloaded one with the same random steps and row
 // operations and requires the same views, attention outputs and stored
-// bytes after each, on the CPU or a GPU (tests/test_offload.cpp,
-// tests/test_cuda_offload.cpp).
+// bytes after each, on the CPU or a GPU (tests/core/test_offload.cpp,
+// tests/cuda/test_cuda_offload.cpp).
 
 #include "../support.hpp"
 

@@ -27,7 +27,7 @@ int main() {
   const at::Tensor key = at::ones({2, 2, 3, 4});
   statickv::StepPlan step = cache.prepare(at::arange(3), /*live_batch=*/2);
   statickv::KV kv = cache.update(/*layer=*/0, key, key, step);
-  // The names the README used before 0.2 still compile: Step, CacheBase,
+  // The names statickv used before 0.2 still compile: Step, CacheBase,
   // chunk_limit().
   statickv::CacheBase& base = cache;
   statickv::Step again = base.prepare(at::arange(3, 4), /*live_batch=*/2);

@@ -6,7 +6,7 @@
 // --tp-check; docs/tensor_parallel.md). One home, so both programs list the
 // same shapes, refuse the same combinations and start ranks the same way.
 
-#include <statickv/apps/flags.hpp>
+#include <statickv/flags/flags.hpp>
 #include <statickv/reference/checkpoint.hpp>
 #include <statickv/reference/model.hpp>
 #ifdef STATICKV_APPS_TP

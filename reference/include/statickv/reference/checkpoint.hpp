@@ -19,9 +19,6 @@
 
 namespace statickv::reference {
 
-/// Parameter name -> tensor.
-using Weights = std::map<std::string, at::Tensor>;
-
 /// Reads a Hugging Face config.json (llama, mistral, qwen2 model types;
 /// rope_parameters or the older rope_theta/rope_scaling fields). Fields are
 /// read as transformers' config class of that model type reads them: an

@@ -10,7 +10,6 @@
 
 #include <statickv/cache.hpp>
 #include <statickv/reference/backends.hpp>
-#include <statickv/reference/checkpoint.hpp>
 #include <statickv/reference/model_config.hpp>
 #include <statickv/reference/tensor_parallel.hpp>
 

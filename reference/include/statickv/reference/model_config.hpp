@@ -7,11 +7,17 @@
 
 #include <statickv/config.hpp>
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 namespace statickv::reference {
+
+/// A model's parameters: name (as in a Hugging Face checkpoint) -> tensor.
+using Weights = std::map<std::string, at::Tensor>;
 
 /// Rotary embedding frequencies: Hugging Face's "default" or "llama3".
 struct RopeConfig {

@@ -1,0 +1,188 @@
+// Engine (engine.hpp): the cache, backends and runners Generator and
+// Scheduler share, built in one place; the one packer of step inputs and
+// the one runner-or-eager dispatch.
+
+#include <statickv/reference/engine.hpp>
+
+#include <statickv/reference/speculative.hpp>
+
+#include <algorithm>
+#include <utility>
+
+namespace statickv::reference {
+
+CacheKind parse_cache_kind(const std::string& name) {
+  if (name == "static") return CacheKind::kStatic;
+  if (name == "hybrid") return CacheKind::kHybrid;
+  if (name == "dynamic") return CacheKind::kDynamic;
+  TORCH_CHECK(false, "cache: expected static, hybrid or dynamic but got ", name);
+}
+
+const char* to_string(CacheKind kind) {
+  switch (kind) {
+    case CacheKind::kStatic:
+      return "static";
+    case CacheKind::kHybrid:
+      return "hybrid";
+    case CacheKind::kDynamic:
+      return "dynamic";
+  }
+  return "unknown";
+}
+
+StepPacker::StepPacker(int64_t b, int64_t q)
+    : b_(b), q_(q), ids_(static_cast<size_t>(b * q), 0), positions_(ids_.size(), -1) {}
+
+void StepPacker::put(int64_t r, int64_t t, int64_t id, int64_t position) {
+  const auto i = static_cast<size_t>(r * q_ + t);
+  ids_[i] = id;
+  positions_[i] = position;
+  attend_ = std::max(attend_, position + 1);
+  ++real_;
+}
+
+void StepPacker::put_run(int64_t r, const std::vector<int64_t>& seq, int64_t from, int64_t n) {
+  for (int64_t t = 0; t < n; ++t) put(r, t, seq[static_cast<size_t>(from + t)], from + t);
+}
+
+StepInputs StepPacker::take() {
+  const auto opts = at::TensorOptions().dtype(at::kLong);
+  StepInputs in;
+  in.ids = at::tensor(ids_, opts).view({b_, q_});
+  in.positions = at::tensor(positions_, opts).view({b_, q_});
+  in.attend = attend_;
+  in.real = real_;
+  *this = StepPacker(0, 0);
+  return in;
+}
+
+at::Tensor run_pass(const LlamaModel& model, GraphRunner* runner, AttentionBackend& backend,
+                    const StepInputs& in, Logits which) {
+  const at::Device device = model.device();
+  const at::Tensor ids = in.ids.to(device), pos = in.positions.to(device);
+  if (runner) return runner->run({ids, pos}, in.attend)[0];
+  return model.forward(ids, pos, backend, in.attend, which);
+}
+
+Engine::Engine(const LlamaModel& model, const EngineOptions& options)
+    : model_(model), options_(options) {
+  const EngineOptions& o = options_;
+  TORCH_CHECK(o.cache != CacheKind::kDynamic,
+              "cache: expected static or hybrid (one preallocated cache) but got dynamic");
+  TORCH_CHECK(o.cache != CacheKind::kStatic || !model.config().has_sliding(),
+              "cache: expected hybrid for a model with sliding-window layers but got static");
+  check_draft_model(model, o.draft_model, o.speculate);
+  CacheConfig config = model.cache_config(o.max_batch, o.max_len);
+  config.max_chunk = o.max_chunk;
+  config.kv_storage = o.kv_storage;
+  config.host_offload = o.host_offload;
+  if (o.cache == CacheKind::kStatic) {
+    cache_ = std::make_unique<StaticCache>(config);
+  } else {
+    cache_ = std::make_unique<HybridCache>(config);
+  }
+  const int64_t max_chunk = cache_->config().effective_max_chunk();
+  chunk_ = o.prefill_chunk > 0 ? std::min(o.prefill_chunk, max_chunk) : max_chunk;
+  TORCH_CHECK(o.speculate + 1 <= max_chunk, "speculate: expected speculate + 1 = ", o.speculate + 1,
+              " query tokens per verification step to fit the cache's max_chunk=", max_chunk,
+              " (the bucket serving prefill_chunk=", chunk_,
+              "; raise prefill_chunk) but got speculate=", o.speculate);
+  if (!options_.prompt_buckets) options_.prompt_buckets = ShapeBuckets::powers_of_two(chunk_);
+  if (!options_.attend_buckets) {
+    options_.attend_buckets =
+        ShapeBuckets::powers_of_two(o.max_len, std::min<int64_t>(64, o.max_len));
+  }
+  check_buckets();
+  backend_ = std::make_unique<CacheBackend>(*cache_, o.kernel, o.path);
+  if (o.draft_model) {
+    // Any layer types; the target's max_chunk, so the draft's rings take a
+    // prefill chunk and a verification step's rollback is exact in its rings
+    // too (Note [ring rollback]).
+    CacheConfig dc = o.draft_model->cache_config(o.max_batch, o.max_len);
+    dc.max_chunk = max_chunk;
+    draft_cache_ = std::make_unique<HybridCache>(dc);
+    draft_backend_ = std::make_unique<CacheBackend>(*draft_cache_, o.kernel);
+  }
+  if (o.bucketed) build_runners();
+}
+
+Engine::~Engine() = default;
+
+void Engine::check_buckets() const {
+  const ShapeBuckets& prompt = *options_.prompt_buckets;
+  const int64_t max_chunk = cache_->config().effective_max_chunk();
+  TORCH_CHECK(prompt.max() >= chunk_, "prompt_buckets: expected a largest bucket >= ", chunk_,
+              " (the prefill chunk) but got ", prompt.max());
+  // A full chunk pads to round_up(chunk): the cache must take that many.
+  const int64_t padded_chunk = prompt.round_up(chunk_, "prompt_buckets");
+  TORCH_CHECK(padded_chunk <= max_chunk,
+              "prompt_buckets: expected the bucket serving a full chunk of ", chunk_,
+              " tokens to be <= ", max_chunk, " (the cache's max_chunk) but got ", padded_chunk);
+  TORCH_CHECK(options_.attend_buckets->max() == options_.max_len,
+              "attend_buckets: expected a largest bucket of ", options_.max_len,
+              " (max_len) but got ", options_.attend_buckets->max());
+}
+
+// Bucketed runners: one forward per padded key, replayed as a CUDA graph on
+// a GPU; they live as long as the engine, so later calls replay what
+// earlier ones captured. Padded rows and tokens carry position -1 and land
+// in the scratch slot (Invariant [scratch slot]).
+void Engine::build_runners() {
+  const EngineOptions& o = options_;
+  const std::vector<InputSpec> inputs = {{"ids", at::kLong, {}, 0},
+                                         {"positions", at::kLong, {}, -1}};
+  auto step_of = [this](Logits logits) -> GraphRunner::StepFn {
+    return [this, logits](const std::vector<at::Tensor>& in, const GraphKey& key) {
+      return std::vector<at::Tensor>{
+          model_.forward(in[0], in[1], *backend_, key.attend_len, logits)};
+    };
+  };
+  GraphRunner::Options ro;
+  ro.device = model_.device();
+  ro.use_graphs = o.cuda_graphs;
+  ro.batch_buckets = ShapeBuckets::powers_of_two(o.max_batch);
+  ro.attend_buckets = *o.attend_buckets;
+  if (o.decode_runner) {
+    ro.query_buckets = ShapeBuckets::of({1});
+    decode_runner_ = std::make_unique<GraphRunner>(inputs, step_of(Logits::kAll), ro);
+  }
+  if (o.speculate > 0) {
+    ro.query_buckets = ShapeBuckets::of({o.speculate + 1});
+    verify_runner_ = std::make_unique<GraphRunner>(inputs, step_of(Logits::kAll), ro);
+  }
+  // Prefill keeps each row's newest logits only: [B, vocab] per key.
+  ro.query_buckets = *o.prompt_buckets;
+  ro.row_outputs = {0};
+  prefill_runner_ = std::make_unique<GraphRunner>(inputs, step_of(Logits::kLast), ro);
+}
+
+GraphRunner* Engine::runner(Pass pass) const {
+  switch (pass) {
+    case Pass::kPrefill:
+      return prefill_runner_.get();
+    case Pass::kDecode:
+      return decode_runner_ ? decode_runner_.get() : prefill_runner_.get();
+    case Pass::kVerify:
+      return verify_runner_.get();
+  }
+  return nullptr;
+}
+
+at::Tensor Engine::run(Pass pass, const StepInputs& in, Logits which) {
+  return run_pass(model_, runner(pass), *backend_, in, which);
+}
+
+at::Tensor Engine::run_draft(const StepInputs& in) {
+  TORCH_CHECK(draft_backend_ != nullptr, "run_draft: expected an engine with a draft model");
+  return run_pass(*options_.draft_model, nullptr, *draft_backend_, in, Logits::kLast);
+}
+
+void Engine::warm_up() {
+  for (GraphRunner* r : {prefill_runner_.get(), decode_runner_.get(), verify_runner_.get()}) {
+    if (r) r->capture_all();
+  }
+}
+
+bool Engine::uses_graphs() const { return prefill_runner_ && prefill_runner_->uses_graphs(); }
+
+}  // namespace statickv::reference

@@ -1,0 +1,167 @@
+#pragma once
+// Scheduler: continuous batching over one StaticCache or HybridCache.
+//
+// Requests are submitted at any time and wait in arrival order. Every
+// step() admits waiting requests into free rows, feeds prompt chunks (under
+// a token budget) to the prefilling rows, which sit at the front of the
+// cache, in one bucketed runner call and every decoding row's newest token
+// in a second (q = 1), hands each row that produced a token its next token,
+// and retires finished rows by moving the last row into the hole
+// (copy_row), so the live rows are always the prefix [0, live) of the cache
+// and the batch bucket shrinks when load drops. The policy and its costs:
+// docs/serving.md.
+//
+//   Scheduler engine(model, options);
+//   engine.warm_up();                       // every GraphRunner key, once
+//   engine.submit(request);                 // throws c10::Error naming the field
+//   while (!engine.idle()) engine.step();
+//   for (Completion& c : engine.take_finished()) ...
+//
+// One thread at a time, like the cache and the runner it owns.
+
+#include <statickv/graph_runner.hpp>
+#include <statickv/reference/engine.hpp>
+#include <statickv/reference/generator.hpp>
+#include <statickv/reference/model.hpp>
+#include <statickv/reference/speculative.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace statickv::reference {
+
+using ServeClock = std::chrono::steady_clock;
+
+/// How a request picks its tokens: greedy (temperature 0) or seeded
+/// temperature / top-k sampling, exactly as Generator picks one row.
+struct Sampling {
+  double temperature = 0.0;  ///< 0 = greedy
+  int64_t top_k = 0;         ///< 0 = no filter; needs temperature > 0
+  uint64_t seed = 0;
+};
+
+struct Request {
+  std::string id;  ///< unique among the requests waiting or running
+  std::vector<int64_t> prompt;
+  int64_t max_new_tokens = 16;
+  Sampling sampling;
+  /// Tokens that end the request (kept in its tokens); nullopt: the
+  /// model's eos ids. An empty list: no stop token.
+  std::optional<std::vector<int64_t>> stop;
+  /// When the request arrived (queue time counts from here); nullopt: when
+  /// submit() is called.
+  std::optional<ServeClock::time_point> arrival;
+  /// Called on the engine's thread with each token as it is produced.
+  std::function<void(const std::string& id, int64_t token)> on_token;
+};
+
+enum class Finish { kLength, kStop, kCancelled, kError };
+const char* to_string(Finish finish);  // "length" | "stop" | "cancelled" | "error"
+
+struct RequestStats {
+  double queue_seconds = 0;  ///< arrival to admission into a row
+  double ttft_seconds = 0;   ///< arrival to the first token (0 if none)
+  /// Tokens after the first over the time after the first (0 with < 2 tokens).
+  double decode_tokens_per_second = 0;
+  double total_seconds = 0;  ///< arrival to finish
+};
+
+struct Completion {
+  std::string id;
+  std::vector<int64_t> tokens;  ///< generated ids (a stop token included)
+  Finish finish = Finish::kLength;
+  std::string error;  ///< kError only
+  RequestStats stats;
+};
+
+/// The Scheduler's options: the settings it shares with Generator
+/// (EngineSettings, engine.hpp: cache kind (kStatic or kHybrid), kernel,
+/// storage, offload, buckets, speculation) plus its own. Query-length
+/// buckets default to powers of two up to prefill_chunk (1 is the
+/// decode-only bucket). Under speculation every decoding row verifies its
+/// drafts in one call of speculate + 1 query tokens per row, which must fit
+/// the cache's max_chunk (the bucket serving prefill_chunk); drafts do not
+/// count against token_budget. A draft model's hybrid cache mirrors every
+/// admission, prefill, move, reset and rollback of the target's rows, and
+/// each step drafts `speculate` tokens per decoding row in as many calls.
+struct SchedulerOptions : EngineSettings {
+  int64_t max_batch = 8;
+  int64_t max_len = 512;
+  /// Most prompt tokens one row prefills in a step (0 = min(64, max_len)).
+  /// A hybrid cache's sliding rings grow by the bucket serving it.
+  int64_t prefill_chunk = 0;
+  /// Most real tokens in one step, decode tokens first (0 = max_batch - 1 +
+  /// prefill_chunk: every decode row plus one full chunk). >= max_batch.
+  int64_t token_budget = 0;
+};
+
+struct EngineStats {
+  int64_t max_batch = 0;
+  int64_t steps = 0;
+  int64_t mixed_steps = 0;    ///< steps with a prefill call and a decode call
+  int64_t row_steps = 0;      ///< live rows summed over steps
+  int64_t real_tokens = 0;    ///< decode and prompt tokens fed
+  int64_t padded_tokens = 0;  ///< computed at the padded shape but not real
+  int64_t submitted = 0, rejected = 0, completed = 0, cancelled = 0;
+  int64_t row_copies = 0;        ///< cache rows copied by moves (copy_row) and regroups (reorder)
+  RunnerStats runner;            ///< captures, replays, eager runs, per key (bucketed only)
+  RunnerStats verify_runner;     ///< speculation: the verification calls' runner
+  SpeculationStats speculation;  ///< speculation: drafts and acceptances
+  /// Mean live rows per step over max_batch.
+  double occupancy() const;
+  /// Padded over computed tokens.
+  double padded_fraction() const;
+};
+
+class Scheduler {
+ public:
+  /// Builds the cache (max_batch x max_len) and, bucketed, the runner.
+  Scheduler(const LlamaModel& model, SchedulerOptions options);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  /// Queues a request. A bad one (empty prompt, an id outside the vocabulary,
+  /// prompt + max_new_tokens over max_len, a limit below 1, a negative or
+  /// non-finite sampling value, a duplicate id) throws c10::Error naming the
+  /// field before anything changes (Invariant [checked before written]).
+  void submit(Request request);
+  /// Ends a waiting or running request now, as kCancelled with the tokens it
+  /// has; returns false when no such request is waiting or running.
+  bool cancel(const std::string& id);
+  /// One engine step: admit, one forward pass, emit tokens, retire.
+  /// Does nothing when idle.
+  void step();
+  /// Steps until nothing waits or runs.
+  void run_until_idle();
+  bool idle() const;
+  int64_t live_rows() const;
+  int64_t waiting() const;
+
+  /// Completions since the last call, in the order the requests finished.
+  std::vector<Completion> take_finished();
+
+  /// Captures (CUDA) or allocates (CPU) every key the step can use, so no
+  /// later arrival pattern captures again.
+  void warm_up();
+
+  EngineStats stats() const;
+  /// The options in force (defaults resolved).
+  const SchedulerOptions& options() const;
+  const Cache& cache() const;
+  /// The runner's key for a step of b rows and q tokens attending attend_len
+  /// (bucketed only).
+  GraphKey key_for(int64_t b, int64_t q, int64_t attend_len) const;
+
+ private:
+  struct State;
+  friend struct SchedulerSteps;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace statickv::reference
