@@ -104,6 +104,10 @@ void bind_cache(py::module_& m) {
       .def("copy_row", &Cache::copy_row, py::arg("src"), py::arg("dst"))
       .def("reorder", &Cache::reorder, py::arg("indices"))
       .def("copy_from", &Cache::copy_from, py::arg("other"))
+      .def("rollback", py::overload_cast<const at::Tensor&>(&Cache::rollback),
+           py::arg("new_lengths"))
+      .def("rollback", py::overload_cast<const std::vector<int64_t>&>(&Cache::rollback),
+           py::arg("new_lengths"))
       .def("seq_lengths", &Cache::seq_lengths)
       .def("memory_bytes", &Cache::memory_bytes)
       .def("staging_bytes", &Cache::staging_bytes)

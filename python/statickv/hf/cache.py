@@ -16,6 +16,8 @@ to drive it (docs/python.md):
   which is what transformers' sliding-window mask assumes.
 """
 
+import copy
+
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
@@ -76,6 +78,7 @@ class StaticKVLayer(CacheLayerMixin):
     slot included), the same storage as the C++ cache's."""
 
     is_compileable = False  # transformers must not auto-compile plain generate
+    is_croppable = True  # crop() rolls back exactly (Note [ring rollback])
     supports_early_init = False
 
     def __init__(self, cache, layer_idx, sliding):
@@ -106,7 +109,7 @@ class StaticKVLayer(CacheLayerMixin):
 
 
 class StaticKVCache(Cache):
-    """A transformers Cache for Llama, Mistral and Qwen2 over statickv's
+    """A transformers Cache for Llama, Mistral, Qwen2 and Gemma 2/3 over statickv's
     HybridCache (or StaticCache when every layer is full attention).
 
     device: default CPU; dtype: default the config's dtype (float32 when it
@@ -118,13 +121,15 @@ class StaticKVCache(Cache):
     max_batch_size); prefill_batch_buckets: prefill batch sizes (default the
     largest batch bucket only, so prefill graphs are one per prompt bucket);
     prompt_buckets: prefill chunk lengths (default powers of two from 16 up to
-    the largest chunk a step may carry, max_chunk). All apply to
+    the largest chunk a step may carry, max_chunk); verify_buckets: the
+    lengths a speculative verification step (prompt lookup, assisted
+    decoding) pads to (default powers of two up to max_chunk). All apply to
     statickv.hf.generate; plain model.generate runs at the shapes it makes.
     """
 
     def __init__(self, config, max_batch_size, max_cache_len, device=None, dtype=None, *,
                  max_chunk=None, batch_buckets=None, prefill_batch_buckets=None,
-                 prompt_buckets=None):
+                 prompt_buckets=None, verify_buckets=None):
         native, types = native_config(config, max_batch_size, max_cache_len, device, dtype,
                                       max_chunk)
         kind = statickv.HybridCache if SLIDING in types else statickv.StaticCache
@@ -140,6 +145,8 @@ class StaticKVCache(Cache):
         self.prompt_buckets = _buckets(
             prompt_buckets, statickv.ShapeBuckets.powers_of_two(self.max_chunk,
                                                                 min(16, self.max_chunk)))
+        self.verify_buckets = _buckets(verify_buckets,
+                                       statickv.ShapeBuckets.powers_of_two(self.max_chunk))
         self._check_buckets()
         layers = [StaticKVLayer(self, i, t == SLIDING) for i, t in enumerate(types)]
         super().__init__(layers=layers)
@@ -153,6 +160,7 @@ class StaticKVCache(Cache):
         self._view_lens = [0] * len(types)
         self._live_batch = 0
         self._kv_offset = 0
+        self._long = None  # plain generate: a step longer than max_chunk, in chunks
 
     def _check_buckets(self):
         for name, buckets, limit, what in (
@@ -160,6 +168,7 @@ class StaticKVCache(Cache):
             ("prefill_batch_buckets", self.prefill_batch_buckets, self.max_batch_size,
              "max_batch_size"),
             ("prompt_buckets", self.prompt_buckets, self.max_chunk, "max_chunk"),
+            ("verify_buckets", self.verify_buckets, self.max_chunk, "max_chunk"),
         ):
             if buckets.max > limit:
                 raise ValueError(f"{name}: expected sizes <= {what}={limit} but got "
@@ -188,16 +197,76 @@ class StaticKVCache(Cache):
 
     def _plain_step(self, key_states):
         """Plain generate: plan the step from the columns transformers feeds
-        (every row at the same positions, as transformers' StaticCache)."""
+        (every row at the same positions, as transformers' StaticCache). A
+        step longer than max_chunk (a long prompt) is written in chunks of
+        max_chunk, layer by layer (_long_update)."""
         q = key_states.shape[-2]
+        b = key_states.shape[0]
+        self._check_plain_step(b, q)
+        self._long = None
+        if q > self.max_chunk:
+            self._long = self._long_chunks(q, b, key_states.device)
+            self._live_batch = b
+            self._seen += q
+            return
         positions = torch.arange(self._seen, self._seen + q, device=key_states.device)
         # Full layers expose exactly the columns stored (as transformers'
         # DynamicCache does): with max_cache_len columns, its sdpa path would
         # drop the mask of an unpadded decode step and attend to empty slots.
         attend = min(self._seen + q, self.max_cache_len)
-        self._use_plan(self.native.prepare(positions, key_states.shape[0], attend))
+        self._use_plan(self.native.prepare(positions, b, attend))
         self._kv_offset = self._sliding_offset(q)
         self._seen += q
+
+    def _check_plain_step(self, b, q):
+        """Refuses, before anything is written, a step the buffers cannot hold."""
+        if b > self.max_batch_size:
+            raise ValueError(f"batch: expected at most max_batch_size={self.max_batch_size} "
+                             f"rows (beam search: batch * num_beams) but got {b}")
+        if self._seen + q > self.max_cache_len:
+            raise ValueError(f"max_cache_len: expected the cache to hold {self._seen} + {q} = "
+                             f"{self._seen + q} positions but it holds {self.max_cache_len}")
+
+    def _long_chunks(self, q, b, device):
+        """A long step's chunks: (first position, length) of at most max_chunk."""
+        chunks = []
+        for start in range(self._seen, self._seen + q, self.max_chunk):
+            chunks.append((start, min(self.max_chunk, self._seen + q - start)))
+        return chunks
+
+    def _long_update(self, layer, key_states, value_states):
+        """One layer of a long plain step. Sliding layers return the window
+        before the step (read from the ring first, in position order)
+        followed by the step's own keys, which is what get_mask_sizes
+        describes; full layers return the stored columns. Each chunk is
+        planned with prepare(), once per layer: the bookkeeping ends as one
+        plan of the whole step would leave it (the last layer's last chunk
+        is the newest), and the views of this step never read it."""
+        b = self._live_batch
+        seen = self._seen - key_states.shape[-2]  # before this step
+        past = None
+        if layer.is_sliding:
+            start = self._long_window_start(seen)
+            capacity = self.native.capacity(layer.layer_idx)
+            order = torch.arange(start, seen, device=layer.keys.device) % capacity
+            past = (layer.keys[:b].index_select(2, order), layer.values[:b].index_select(2, order))
+        for first, n in self._long:
+            positions = torch.arange(first, first + n, device=key_states.device)
+            plan = self.native.prepare(positions, b, first + n)
+            offset = first - seen
+            torch.ops.statickv.cache_write(layer.keys, layer.values,
+                                           key_states[:, :, offset:offset + n],
+                                           value_states[:, :, offset:offset + n],
+                                           plan.write_slots(layer.layer_idx))
+        if past is None:
+            n = self._seen
+            return layer.keys[:b, :, :n], layer.values[:b, :, :n]
+        return torch.cat([past[0], key_states], 2), torch.cat([past[1], value_states], 2)
+
+    def _long_window_start(self, seen):
+        """The first past position a long step's sliding queries can see."""
+        window = self.native.config.sliding_window
+        return max(seen - (window - 1), 0)
 
     def _sliding_offset(self, query_length):
         """Plain generate: the position the rotated ring starts at (0 before
@@ -213,6 +282,8 @@ class StaticKVCache(Cache):
         if not self._managed and layer_idx == 0:
             self._plain_step(key_states)
         layer = self.layers[layer_idx]
+        if not self._managed and self._long is not None:
+            return self._long_update(layer, key_states, value_states)
         torch.ops.statickv.cache_write(layer.keys, layer.values, key_states, value_states,
                                        self._slots[layer_idx])
         b, n = self._live_batch, self._view_lens[layer_idx]
@@ -229,6 +300,9 @@ class StaticKVCache(Cache):
     def get_mask_sizes(self, query_length, layer_idx=0):
         if self.layer_types[layer_idx] == FULL:  # plain generate; see _plain_step
             return self._seen + query_length, 0
+        if query_length > self.max_chunk:  # a long step: the past window, then its own keys
+            start = self._long_window_start(self._seen)
+            return self._seen + query_length - start, start
         return self.native.capacity(layer_idx), self._sliding_offset(query_length)
 
     def get_seq_length(self, layer_idx=0):
@@ -252,11 +326,61 @@ class StaticKVCache(Cache):
         self._plan = None
 
     def reorder_cache(self, beam_idx):
-        self.native.reorder(beam_idx)
+        """Beam search: row i becomes old row beam_idx[i] (any integer dtype,
+        any device; transformers passes int32 on some paths)."""
+        beam_idx = torch.as_tensor(beam_idx)
+        if beam_idx.dtype.is_floating_point or beam_idx.dtype.is_complex or \
+                beam_idx.dtype == torch.bool:
+            raise ValueError(f"beam_idx: expected an integer dtype but got {beam_idx.dtype}")
+        self.native.reorder(beam_idx.to(torch.long))
         self._plan = None
 
     def crop(self, tokens_to_remove):
-        raise NotImplementedError("StaticKVCache.crop: not supported (positions are kept per slot)")
+        """Removes the `-tokens_to_remove` newest positions of every row
+        (transformers' assisted and prompt-lookup decoding take back rejected
+        candidates so), through the C++ rollback: rings included, exactly,
+        as deep as Note [ring rollback] allows (max_chunk positions past the
+        newest ever written). 0 removes nothing; a positive value is refused
+        as DynamicCache refuses it."""
+        if tokens_to_remove > 0:
+            raise ValueError(f"tokens_to_remove: expected 0 or a negative number (the count of "
+                             f"newest positions to remove) but got {tokens_to_remove}, as "
+                             "DynamicCache.crop")
+        remove = -int(tokens_to_remove)
+        if remove == 0 or self._seen == 0:
+            return
+        if remove > self._seen:
+            raise ValueError(f"tokens_to_remove: expected at most the {self._seen} positions "
+                             f"stored but got {tokens_to_remove}")
+        rows = max(self._live_batch, 1)
+        try:
+            self.native.rollback([self._seen - remove] * rows)
+        except RuntimeError as error:
+            raise ValueError(f"tokens_to_remove: {tokens_to_remove} is deeper than a sliding "
+                             f"ring can take back exactly (at most max_chunk={self.max_chunk} "
+                             "positions; keep num_assistant_tokens and "
+                             "prompt_lookup_num_tokens below max_chunk, or build the cache "
+                             f"with a larger max_chunk): {error}") from None
+        self._seen -= remove
+        self._plan = None
+
+    def __deepcopy__(self, memo):
+        """An independent cache: its own buffers (C++ copy_from), equal
+        contents and positions; later changes to one are invisible in the
+        other. copy.copy stays shallow, as for any object and DynamicCache."""
+        new = copy.copy(self)
+        memo[id(self)] = new
+        new.native = type(self.native)(self.native.config)
+        new.native.copy_from(self.native)
+        new.layers = [StaticKVLayer(new, i, t == SLIDING) for i, t in enumerate(self.layer_types)]
+        for layer in new.layers:
+            torch._dynamo.mark_static_address(layer.keys)
+            torch._dynamo.mark_static_address(layer.values)
+        new._plan = None
+        new._slots = [None] * len(self.layer_types)
+        new._view_lens = [0] * len(self.layer_types)
+        new._long = None
+        return new
 
     def batch_repeat_interleave(self, repeats):
         raise NotImplementedError("StaticKVCache.batch_repeat_interleave: not supported")

@@ -22,7 +22,9 @@ from transformers.generation.logits_process import (
 )
 
 _SUPPORTED = {"max_new_tokens", "max_length", "do_sample", "temperature", "top_k", "top_p",
-              "eos_token_id", "pad_token_id", "bos_token_id", "use_cache"}
+              "eos_token_id", "pad_token_id", "bos_token_id", "use_cache",
+              "prompt_lookup_num_tokens", "max_matching_ngram_size", "assistant_model",
+              "num_assistant_tokens"}
 
 
 @dataclass
@@ -32,6 +34,9 @@ class _Options:
     processors: LogitsProcessorList
     eos: torch.Tensor | None
     pad_token_id: int
+    drafts: int = 0  # speculation: the most draft tokens per row and step (0: plain decode)
+    ngram: int = 2  # prompt lookup: the longest n-gram matched
+    assistant: object = None  # assisted decoding: the draft model
 
 
 def _options(model, input_len, kwargs):
@@ -56,7 +61,34 @@ def _options(model, input_len, kwargs):
     eos = None if eos is None else torch.tensor(eos if isinstance(eos, list) else [eos])
     pad = config.pad_token_id
     pad = pad if pad is not None else (int(eos[0]) if eos is not None else 0)
-    return _Options(new, bool(config.do_sample), processors, eos, pad)
+    options = _Options(new, bool(config.do_sample), processors, eos, pad)
+    return _speculation(options, config, kwargs)
+
+
+def _speculation(options, config, kwargs):
+    """Prompt-lookup (prompt_lookup_num_tokens) or assisted (assistant_model)
+    decoding: greedy only, one of the two."""
+    lookup = kwargs.get("prompt_lookup_num_tokens")
+    assistant = kwargs.get("assistant_model")
+    if lookup is None and assistant is None:
+        return options
+    if lookup is not None and assistant is not None:
+        raise ValueError("prompt_lookup_num_tokens: expected it or assistant_model, not both")
+    name = "prompt_lookup_num_tokens" if lookup is not None else "assistant_model"
+    if options.do_sample:
+        raise ValueError(f"do_sample: expected False with {name} (statickv.hf.generate "
+                         "verifies drafts greedily) but got True")
+    drafts = lookup
+    if assistant is not None:
+        drafts = kwargs.get("num_assistant_tokens", config.num_assistant_tokens)
+        drafts = 20 if drafts is None else drafts  # transformers' documented default
+    name = "prompt_lookup_num_tokens" if lookup is not None else "num_assistant_tokens"
+    if not isinstance(drafts, int) or drafts < 1:
+        raise ValueError(f"{name}: expected an integer >= 1 but got {drafts!r}")
+    options.drafts = drafts
+    options.ngram = kwargs.get("max_matching_ngram_size") or 2
+    options.assistant = assistant
+    return options
 
 
 def _prompt_lengths(input_ids, attention_mask):
@@ -92,6 +124,15 @@ def _check(cache, input_ids, lengths, options):
         raise ValueError(f"max_new_tokens: expected prompt length + max_new_tokens <= "
                          f"max_cache_len={cache.max_cache_len} but got {int(lengths.max())} + "
                          f"{options.max_new_tokens} = {total}")
+    if options.drafts:
+        name = "prompt_lookup_num_tokens" if options.assistant is None else "num_assistant_tokens"
+        if options.drafts + 1 > cache.max_chunk:
+            raise ValueError(f"{name}: expected {name} + 1 = {options.drafts + 1} tokens per "
+                             f"verification step to fit the cache's max_chunk={cache.max_chunk} "
+                             f"but got {name}={options.drafts}")
+        if options.assistant is not None and b != 1:
+            raise ValueError(f"input_ids: expected a batch of 1 with assistant_model (as "
+                             f"transformers) but got {b}")
 
 
 def _forward(model, cache, ids, positions):
@@ -152,7 +193,129 @@ def _choose(logits, sequences, options):
     return torch.argmax(scores, dim=-1)
 
 
+def _lookup(sequence, n, ngram):
+    """Prompt lookup: after the earliest earlier occurrence of the longest
+    n-gram (ngram down to 1) that ends `sequence` (a list), up to n tokens."""
+    for size in range(min(ngram, len(sequence) - 1), 0, -1):
+        tail = sequence[-size:]
+        for start in range(len(sequence) - size):
+            if sequence[start:start + size] == tail:
+                follow = sequence[start + size:start + size + n]
+                if follow:
+                    return follow
+    return []
+
+
+class _Assistant:
+    """Assisted decoding's drafter: the assistant model on its own
+    DynamicCache, fed what it lacks, greedy, cropped back to the tokens the
+    target kept."""
+
+    def __init__(self, model):
+        from transformers import DynamicCache
+
+        self.model = model
+        self.cache = DynamicCache(config=model.config)
+        self.cache.activate_past_recording()  # sliding layers can then crop past the window
+        self.seen = 0  # tokens in its cache
+
+    def drafts(self, sequence, n):
+        device = next(self.model.parameters()).device
+        out = []
+        feed = sequence[self.seen:]
+        for _ in range(n):
+            ids = torch.tensor([feed], device=device)
+            positions = torch.arange(self.seen, self.seen + len(feed), device=device)
+            logits = self.model(input_ids=ids, position_ids=positions.unsqueeze(0),
+                                cache=self.cache, use_cache=True).logits
+            self.seen += len(feed)
+            feed = [int(logits[0, -1].argmax())]
+            out.append(feed[0])
+        return out
+
+    def keep(self, length):
+        if length < self.seen:
+            self.cache.crop(length - self.seen)
+            self.seen = length
+
+
+def _verify_step(model, cache, rows, drafts):
+    """One verification forward: each live row's newest token and its drafts
+    at consecutive positions, padded to the cache's verify bucket; logits
+    [b, q, vocab] (float32)."""
+    b = len(rows)
+    q = cache.verify_buckets.round_up(1 + max(len(d) for d in drafts))
+    batch = cache.batch_buckets.round_up(b)
+    ids = torch.zeros(batch, q, dtype=torch.long)
+    positions = torch.full((batch, q), -1, dtype=torch.long)
+    for r, (row, d) in enumerate(zip(rows, drafts)):
+        if row["done"]:
+            continue
+        fed = [row["tokens"][-1]] + d
+        ids[r, :len(fed)] = torch.tensor(fed)
+        positions[r, :len(fed)] = torch.arange(row["length"] - 1, row["length"] - 1 + len(fed))
+    return _forward(model, cache, ids, positions)[:b].float()
+
+
+def _speculative_loop(model, cache, input_ids, lengths, options):
+    """Greedy decoding with drafts: each step verifies every live row's drafts
+    (prompt lookup over its own ids, or the assistant's) in one forward of a
+    verify bucket, keeps the longest prefix greedy agrees with plus greedy's
+    next token, and rolls the rejected drafts back (C++ rollback). Each row
+    gets exactly its own greedy tokens."""
+    b = input_ids.shape[0]
+    cache.native.reset_rows(torch.arange(b))
+    logits = _prefill(model, cache, input_ids, lengths)
+    first = _choose(logits, input_ids.to(logits.device), options).tolist()
+    eos = set() if options.eos is None else set(options.eos.tolist())
+    rows = []
+    for r in range(b):
+        prompt = input_ids[r, input_ids.shape[1] - int(lengths[r]):].tolist()
+        rows.append(dict(tokens=prompt + [first[r]], length=int(lengths[r]) + 1, new=1,
+                         done=first[r] in eos or options.max_new_tokens == 1))
+    assistant = _Assistant(options.assistant) if options.assistant is not None else None
+    while not all(row["done"] for row in rows):
+        drafts = []
+        for row in rows:
+            n = 0 if row["done"] else min(options.drafts, options.max_new_tokens - row["new"] - 1)
+            if n <= 0:
+                drafts.append([])
+            elif assistant is not None:
+                drafts.append(assistant.drafts(row["tokens"], n))
+            else:
+                drafts.append(_lookup(row["tokens"], n, options.ngram))
+        logits = _verify_step(model, cache, rows, drafts)
+        greedy = logits.argmax(-1).tolist()
+        kept = []
+        for r, row in enumerate(rows):
+            if row["done"]:
+                kept.append(int(cache.native.seq_lengths()[r]))
+                continue
+            accepted = 0
+            while accepted < len(drafts[r]) and drafts[r][accepted] == greedy[r][accepted]:
+                accepted += 1
+            for token in drafts[r][:accepted] + [greedy[r][accepted]]:
+                row["tokens"].append(token)
+                row["new"] += 1
+                if token in eos or row["new"] >= options.max_new_tokens:
+                    row["done"] = True
+                    break
+            row["length"] = len(row["tokens"])
+            kept.append(row["length"] - 1)  # the newest token is fed next step
+        cache.native.rollback(kept)
+        if assistant is not None:
+            assistant.keep(rows[0]["length"] - 1)
+    width = max(len(row["tokens"]) - int(lengths[r]) for r, row in enumerate(rows))
+    out = torch.full((b, width), options.pad_token_id, dtype=torch.long)
+    for r, row in enumerate(rows):
+        new = row["tokens"][int(lengths[r]):]
+        out[r, :len(new)] = torch.tensor(new)
+    return torch.cat([input_ids, out.to(input_ids.device)], 1)
+
+
 def _loop(model, cache, input_ids, lengths, options):
+    if options.drafts:
+        return _speculative_loop(model, cache, input_ids, lengths, options)
     b = input_ids.shape[0]
     cache.native.reset_rows(torch.arange(b))
     logits = _prefill(model, cache, input_ids, lengths)
