@@ -2,7 +2,8 @@
 # On the GPU machine: configures statickv against that machine's LibTorch (the
 # PyTorch wheel its python3 imports) and the Debian packages that
 # benchmarks/gpu/prep.sh unpacked into .devdeps/, then builds into build-gpu/
-# with every core. Extra arguments go to the configure step.
+# with every core (only BUILD_TARGETS when set, continuing past a failing
+# target). Extra arguments go to the configure step.
 #
 #   bash benchmarks/gpu/build.sh [-DSTATICKV_BUILD_EXAMPLES=OFF ...]
 #
@@ -35,5 +36,19 @@ if ! cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
   [ -n "${OUT:-}" ] && cp build-gpu/configure.log "$OUT/"
   exit 1
 fi
-cmake --build build-gpu -j "$(nproc)" 2>&1 | tail -n 40
+# BUILD_TARGETS (space-separated): build only those (run_gpu.sh names what
+# its stages run); ninja keeps going past a failing target (-k 0), so one
+# broken target leaves the others built.
+targets=()
+for t in ${BUILD_TARGETS:-}; do
+  # Only targets this configuration defines (an unknown one stops ninja).
+  if [ ${#gen[@]} -eq 0 ] || ninja -C build-gpu -t targets all 2>/dev/null | grep -q "^$t:"; then
+    targets+=(--target "$t")
+  else
+    echo "build.sh: no target $t in this configuration; skipped"
+  fi
+done
+keep=()
+[ ${#gen[@]} -gt 0 ] && keep=(-- -k 0)
+cmake --build build-gpu -j "$(nproc)" "${targets[@]}" "${keep[@]}" 2>&1 | tail -n 40
 exit "${PIPESTATUS[0]}"

@@ -1,46 +1,56 @@
 #!/usr/bin/env bash
-# The prepared GPU run: builds, runs the [cuda] tests and every CUDA
-# benchmark, and leaves the results under $OUT, in under 8 minutes.
+# The prepared GPU run: one attempt of at most 7 minutes (--budget 420) that
+# builds what its stages run, runs the [cuda] tests and every CUDA benchmark
+# in priority order, and leaves the results under $OUT as it goes.
 #
 # On the GPU machine, from a copy of the working tree with the .devdeps/
 # that `bash benchmarks/gpu/prep.sh --hf-wheels 3.11,3.12,3.13` made on the
 # CPU machine:
-#   bash benchmarks/gpu/run_gpu.sh            (allow ~540 s; 480 with --budget 420)
+#   bash benchmarks/gpu/run_gpu.sh            (allow ~480 s)
 #
-# $OUT (default results/gpu-run) receives (plus configure.log if configuring
-# fails):
+# $OUT (default results/gpu-run) receives, refreshed after EVERY stage so a
+# kill at the limit keeps what finished:
+#   summaries.jsonl    one JSON line per stage (benchmarks/gpu/summaries.py):
+#                      stage, exit status, seconds, the stage's result JSON
+#                      inlined, the last lines of its log, and the commit,
+#                      date, torch and transformers versions and GPU name;
+#                      commit it as benchmarks/results/<gpu>/*.json
+#   gpu_results.tar.gz results/gpu/: every benchmark's JSON and log so far
 #   run.log            everything printed, stage by stage, with timings
 #   build.log          configure + build output (benchmarks/gpu/build.sh)
-#   REPORT.md          benchmarks/report.py over the results
-#   gpu_results.tar.gz results/gpu/: every benchmark's JSON and log
-#   roofline.json      issue 15's summary (benchmarks/report.py --roofline): copy
-#                      it to benchmarks/results/<gpu>/roofline.json
-#   offload.json       issue 20's (statickv_bench_offload, with the commit): copy
-#                      it to benchmarks/results/<gpu>/offload.json
+#   REPORT.md          benchmarks/report.py over the results (at the end)
+#   roofline.json, offload.json  the roofline and offload summaries
 # Afterwards, on the CPU machine: tar xzf gpu_results.tar.gz, then
 # `python3 benchmarks/report.py results/gpu` draws the plots (gnuplot).
 #
-# Stages run in order, each under `timeout`, and a stage that would start
-# with too little of the budget left is skipped (and says so): build, [cuda]
-# tests, compute-sanitizer memcheck of the [memcheck] tests, model decode
-# (batch prefix, graphs, bandwidth, plain vs fused path, kernels per layer),
-# the 8B shape at batch 1 (plain vs fused), host offload against the device
-# cache (issue 20: the 8B shape, 4k..128k), decode against transformers'
-# compiled static cache at batch 1 and 16 (issue 15's roofline), SmolLM2-shaped
-# decode at batch 1, 8 and 64, prompt lengths,
-# context length, write cost, attention-stack decode, memory (the short
-# ones), continuous vs static batching, an AOTInductor package vs the
-# reference decoder (benchmarks/gpu/aoti.sh), then the Hugging Face comparison with whatever is left (its
-# torch.compile parts stop at a deadline).
+# Stages, in this order, each under `timeout` with its own limit; one that
+# would start with too little of the budget left is skipped (and says so):
+#   1. build: only the targets the stages run, every core, past failures
+#   2. [cuda] tests (and tensor parallelism at world 1), then
+#      compute-sanitizer memcheck of the [memcheck] subset
+#   3. llama-3.2-1b bf16 decode, batch 1 and 16, plain and fused, CUDA
+#      graphs: ms/step, tokens/s, bandwidth, kernels per step
+#   4. against transformers' static cache compiled as its docs say, batch
+#      1 and 16, tokens compared (hf_compare.py --parts roofline)
+#   5. decode against the exact-length ideal over context lengths (varlen
+#      and masked) and the ragged batch
+#   6. llama-3.1-8b batch 1; host offload of the 8B shape; then the rest
+#      (SmolLM2 shape, prompt lengths, write cost, attention stack, memory,
+#      serving vs generate_batch, AOTInductor, the Python seeds under
+#      reduce-overhead, the Hugging Face comparison) while time is left.
+# Transformers: the wheels prep.sh carried (.devdeps/wheels, 5.24) go ahead
+# of the machine's own.
 #
 #   --dry-run   on a CPU machine: skip the build (use $STATICKV_BUILD_DIR or
 #               build-bench), run every stage on the CPU with tiny settings,
-#               OUT defaults to /tmp/statickv-gpu-out. Checks the plumbing.
-#   --budget S  total seconds (default 470)
+#               OUT defaults to /tmp/statickv-gpu-out, RES to $OUT/gpu. ctest's
+#               gpu_dry_run runs it and fails on any stage that fails
+#               (benchmarks/gpu/summaries.py check).
+#   --budget S  total seconds (default 420)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-dry=0 budget=470
+dry=0 budget=420
 while (($#)); do
   case "$1" in
     --dry-run) dry=1 ;;
@@ -62,22 +72,36 @@ else
   DEV=cuda
 fi
 mkdir -p "$OUT"
-RES=$ROOT/results/gpu
+if ((dry)); then RES=${RES:-$OUT/gpu}; else RES=${RES:-$ROOT/results/gpu}; fi
 rm -rf "$RES" && mkdir -p "$RES"
+SUMMARIES=$OUT/summaries.jsonl
+: > "$SUMMARIES"
 LOG=$OUT/run.log
 
 left() { echo $((budget - (SECONDS - start))); }
-# Hugging Face: transformers from the machine's Python, else from the wheels
-# prep.sh --hf-wheels carried (installed into a private folder, once).
+# What the stages run (the build builds these and nothing else).
+GPU_TARGETS="statickv_cuda_tests statickv_tp_cuda_tests statickv-demo statickv-serve
+  statickv_bench_model statickv_bench_offload statickv_bench_context statickv_bench_prompts
+  statickv_bench_write statickv_bench_decode statickv_bench_memory statickv_bench_serving
+  statickv_bench_aoti statickv_ops"
+# Hugging Face: the transformers wheels prep.sh --hf-wheels carried (the
+# pinned 5.24) go ahead of the machine's own, installed once into a private
+# folder put first on PYTHONPATH; without them, the machine's own.
 hf_python() {
-  if ! "$PY" -c 'import transformers' 2>/dev/null && ls .devdeps/wheels/transformers-*.whl >/dev/null 2>&1; then
-    echo "== installing transformers from .devdeps/wheels"
+  if ls .devdeps/wheels/transformers-*.whl >/dev/null 2>&1; then
+    echo "== installing the carried transformers wheels (.devdeps/wheels) ahead of the machine's"
     local pkgs
     pkgs=$(ls .devdeps/wheels | sed -E 's/-[0-9].*//' | sort -u | tr '\n' ' ')
     # shellcheck disable=SC2086  # one package name per word
     "$PY" -m pip install -q --no-index --no-deps --find-links .devdeps/wheels \
       --target /tmp/statickv-hf-py $pkgs && export PYTHONPATH="/tmp/statickv-hf-py:${PYTHONPATH:-}"
   fi
+}
+# After each stage: its summary line, then the tarball of everything so far.
+summarize() {
+  "$PY" benchmarks/gpu/summaries.py add "$SUMMARIES" --env "$ENV_JSON" "$@" ||
+    echo "== (could not write the summary of $*)"
+  tar -C "$(dirname "$RES")" -czf "$OUT/gpu_results.tar.gz" "$(basename "$RES")" 2>/dev/null || true
 }
 # stage NAME NEED MAX COMMAND...: runs COMMAND under timeout min(MAX, left - 10)
 # when at least NEED seconds are left; its output goes to results/gpu/NAME.txt.
@@ -86,6 +110,7 @@ stage() {
   local l; l=$(left)
   if ((l < need)); then
     echo "== $name: SKIPPED ($l s left, needs $need)"
+    summarize --stage "$name" --skipped "$l s left, needs $need"
     return 0
   fi
   local t=$((l - 10 < max ? l - 10 : max))
@@ -95,11 +120,15 @@ stage() {
   local rc=$?
   tail -n 40 "$RES/$name.txt"
   echo "== $name: exit $rc after $((SECONDS - t0)) s"
+  summarize --stage "$name" --exit "$rc" --seconds "$((SECONDS - t0))" \
+    --result "$RES/$name.json" --log "$RES/$name.txt"
   return 0
 }
 
 main() {
-echo "== statickv GPU run $(date -u +%FT%TZ), budget ${budget}s, dry-run $dry"
+hf_python
+ENV_JSON=$("$PY" benchmarks/gpu/summaries.py env 2>/dev/null || echo '{}')
+echo "== statickv GPU run $(date -u +%FT%TZ), budget ${budget}s, dry-run $dry: $ENV_JSON"
 git log -1 --format='commit %H %s' 2>/dev/null || true
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv 2>&1 | head -3
 "$PY" -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available() and torch.cuda.get_device_name(0))'
@@ -111,10 +140,12 @@ if ((!dry)); then
   t0=$SECONDS
   [ -d .devdeps/usr ] || { echo "no .devdeps/usr: run benchmarks/gpu/prep.sh on the CPU machine and send .devdeps/ along"; return 1; }
   export LD_LIBRARY_PATH="$ROOT/.devdeps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
-  PY=$PY timeout 300 bash benchmarks/gpu/build.sh -DSTATICKV_BUILD_EXAMPLES=OFF > "$OUT/build.log" 2>&1
+  PY=$PY BUILD_TARGETS="$GPU_TARGETS" timeout 240 bash benchmarks/gpu/build.sh \
+    -DSTATICKV_BUILD_EXAMPLES=OFF > "$OUT/build.log" 2>&1
   rc=$?
   tail -n 25 "$OUT/build.log"
   echo "== build: exit $rc after $((SECONDS - t0)) s"
+  summarize --stage build --exit "$rc" --seconds "$((SECONDS - t0))" --log "$OUT/build.log"
   # A failed build may still have built most targets; run what exists.
 fi
 B=$BUILD/benchmarks
@@ -122,7 +153,7 @@ have() { [ -x "$1" ] || { echo "== missing $1 (not built)"; return 1; }; }
 
 if ((!dry)); then
   have "$BUILD/tests/cuda/statickv_cuda_tests" &&
-    stage cuda_tests 30 150 "$BUILD/tests/cuda/statickv_cuda_tests" "[cuda]" --durations yes
+    stage cuda_tests 30 90 "$BUILD/tests/cuda/statickv_cuda_tests" "[cuda]" --durations yes
   # Tensor parallelism, world 1 through NCCL (docs/tensor_parallel.md): seconds.
   have "$BUILD/tests/reference/tp/statickv_tp_cuda_tests" &&
     stage tp_cuda_tests 15 60 "$BUILD/tests/reference/tp/statickv_tp_cuda_tests" "[cuda]" --durations yes
@@ -138,7 +169,7 @@ if have "$BUILD/tests/cuda/statickv_cuda_tests"; then
   if ((dry)); then
     stage memcheck 10 30 "$BUILD/tests/cuda/statickv_cuda_tests" "[memcheck]"
   elif [ -x "$sanitizer" ]; then
-    stage memcheck 60 90 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$sanitizer" --tool memcheck \
+    stage memcheck 30 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$sanitizer" --tool memcheck \
       --error-exitcode 1 "$BUILD/tests/cuda/statickv_cuda_tests" "[memcheck]" --durations yes
   else
     echo "== memcheck: SKIPPED (no compute-sanitizer)"
@@ -184,27 +215,28 @@ else
            --max-prompt 512 --max-new 256)
 fi
 have "$B/statickv_bench_model" &&
-  stage model_decode 60 120 "$B/statickv_bench_model" --device "$DEV" "${model[@]}" --json "$RES/model_decode.json"
-have "$B/statickv_bench_model" &&
-  stage model_decode_8b 45 75 "$B/statickv_bench_model" --device "$DEV" "${model8b[@]}" \
-    --json "$RES/model_decode_8b.json"
-# Issue 20: decode with the cache offloaded to pinned host memory against
-# the device cache, and the link's own bandwidth; summary copied to $OUT.
-if have "$B/statickv_bench_offload"; then
-  stage offload 60 150 "$B/statickv_bench_offload" --device "$DEV" "${offload[@]}" \
-    --json "$RES/offload.json"
-  [ -f "$RES/offload.json" ] && "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1]));
-d["commit"] = sys.argv[2]; json.dump(d, open(sys.argv[3], "w"), indent=2)' \
-    "$RES/offload.json" "$(git rev-parse HEAD 2>/dev/null || echo unknown)" "$OUT/offload.json"
-fi
-hf_python  # transformers for the Hugging Face stages (below)
+  stage model_decode 40 75 "$B/statickv_bench_model" --device "$DEV" "${model[@]}" --json "$RES/model_decode.json"
 # Issue 15: decode tokens/s at batch 1 and 16, transformers' static cache with
 # its compiled decode step against statickv-demo (plain and fused), and
 # dynamo's recompiles for a new prompt length. Saved after every batch.
 if "$PY" -c 'import transformers' 2>/dev/null && have "$BUILD/apps/statickv-demo"; then
-  stage hf_roofline 60 150 "$PY" benchmarks/hf_compare.py --parts roofline \
+  stage hf_roofline 60 90 "$PY" benchmarks/hf_compare.py --parts roofline \
     --demo "$BUILD/apps/statickv-demo" --device "$DEV" "${roofargs[@]}" \
     --roofline-batches 1,16 --workdir /tmp/statickv-hf --json "$RES/hf_roofline.json"
+fi
+have "$B/statickv_bench_context" &&
+  stage context_length 30 60 "$B/statickv_bench_context" --device "$DEV" "${context[@]}" --json "$RES/context_length.json"
+have "$B/statickv_bench_model" &&
+  stage model_decode_8b 45 60 "$B/statickv_bench_model" --device "$DEV" "${model8b[@]}" \
+    --json "$RES/model_decode_8b.json"
+# Issue 20: decode with the cache offloaded to pinned host memory against
+# the device cache, and the link's own bandwidth; summary copied to $OUT.
+if have "$B/statickv_bench_offload"; then
+  stage offload 60 90 "$B/statickv_bench_offload" --device "$DEV" "${offload[@]}" \
+    --json "$RES/offload.json"
+  [ -f "$RES/offload.json" ] && "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1]));
+d["commit"] = sys.argv[2]; json.dump(d, open(sys.argv[3], "w"), indent=2)' \
+    "$RES/offload.json" "$(git rev-parse HEAD 2>/dev/null || echo unknown)" "$OUT/offload.json"
 fi
 if have "$B/statickv_bench_model"; then
   for rows in 8 64; do
@@ -214,8 +246,6 @@ if have "$B/statickv_bench_model"; then
 fi
 have "$B/statickv_bench_prompts" &&
   stage prompt_lengths 60 120 "$B/statickv_bench_prompts" --device "$DEV" "${prompts[@]}" --json "$RES/prompt_lengths.json"
-have "$B/statickv_bench_context" &&
-  stage context_length 30 90 "$B/statickv_bench_context" --device "$DEV" "${context[@]}" --json "$RES/context_length.json"
 
 have "$B/statickv_bench_write" &&
   stage write_cost 20 40 "$B/statickv_bench_write" --device "$DEV" "${write[@]}" --json "$RES/write_cost.json"
@@ -272,7 +302,7 @@ commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 "$PY" benchmarks/report.py "$RES" --title "statickv on $DEV ($(date -u +%F))" \
   --roofline "$OUT/roofline.json" --commit "$commit" &&
   cp "$RES/REPORT.md" "$OUT/REPORT.md"
-tar -C "$ROOT/results" -czf "$OUT/gpu_results.tar.gz" gpu
+tar -C "$(dirname "$RES")" -czf "$OUT/gpu_results.tar.gz" "$(basename "$RES")"
 echo "== done in $((SECONDS - start)) s; $OUT: $(ls "$OUT" | tr '\n' ' ')"
 }
 
