@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Plain model.generate with each cache, side by side: prompt-lookup
-decoding and beam search through statickv.hf.StaticKVCache, transformers'
-StaticCache and DynamicCache, on one checkpoint (SmolLM2 from the build
-tree), identical tokens required.
+"""Prompt-lookup decoding and beam search, side by side: plain
+model.generate through statickv.hf.StaticKVCache, transformers' StaticCache
+and DynamicCache, and statickv's own loop (statickv.hf.generate, eager), on
+one checkpoint (SmolLM2 from the build tree), identical tokens required.
 
 usage: hf_generate_modes.py --checkpoint DIR [--threads 1] [--rounds 3]
                             [--new-tokens 48] [--beams 4] [--lookup 8]
@@ -11,8 +11,10 @@ usage: hf_generate_modes.py --checkpoint DIR [--threads 1] [--rounds 3]
 Each round times every (mode, cache) pair once, in turn (interleaved, so a
 drift of the machine's speed hits all alike); the table gives the median
 tokens/s over rounds and each cache's ratio to DynamicCache's, paired per
-round. The prompt repeats a passage so prompt lookup finds its drafts; the
-new ids of every cache must equal DynamicCache's, else the run fails.
+round. The prompt repeats a passage so prompt lookup finds its drafts;
+there is no stop token (eos_token_id=None), so every run makes the same
+number of tokens, and every variant's new ids must equal DynamicCache's,
+else the run fails.
 Both static caches are sized max_cache_len = prompt + new tokens + N + 1
 (a verification step may run past the last token kept); StaticKVCache
 takes max_chunk = max(N + 1, 16), so a verification step is one chunk.
@@ -55,11 +57,14 @@ def make_cache(name, model, batch, length, chunk):
 
 def run(model, ids, mode, cache_name, args):
     batch = args.beams if mode == "beams" else 1
+    if cache_name == "statickv-loop":
+        return run_loop(model, ids, mode, batch, args)
     # A verification step may run past the last kept token: room for it.
     length = ids.shape[1] + args.new_tokens + args.lookup + 1
     cache = make_cache(cache_name, model, batch, length, max(args.lookup + 1, 16))
-    kwargs = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
-                  do_sample=False, cache=cache)
+    # No stop token: every run makes exactly --new-tokens tokens.
+    kwargs = dict(max_new_tokens=args.new_tokens, eos_token_id=None, do_sample=False,
+                  cache=cache)
     if mode == "beams":
         kwargs.update(num_beams=args.beams, early_stopping=True)
     else:
@@ -67,6 +72,24 @@ def run(model, ids, mode, cache_name, args):
     start = time.perf_counter()
     with torch.no_grad():
         out = model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
+    seconds = time.perf_counter() - start
+    return out[0, ids.shape[1]:].tolist(), seconds
+
+
+def run_loop(model, ids, mode, batch, args):
+    """statickv.hf.generate, statickv's own loop (eager here), on a StaticKVCache."""
+    length = ids.shape[1] + args.new_tokens + args.lookup + 1
+    # Prompt buckets up to 256 (the prompt prefills in one padded chunk);
+    # verification steps pad to a power of two.
+    cache = skh.StaticKVCache(model.config, max_batch_size=batch, max_cache_len=length,
+                              max_chunk=min(256, length))
+    kwargs = dict(max_new_tokens=args.new_tokens, eos_token_id=None)
+    if mode == "beams":
+        kwargs.update(num_beams=args.beams, early_stopping=True)
+    else:
+        kwargs.update(prompt_lookup_num_tokens=args.lookup)
+    start = time.perf_counter()
+    out = skh.generate(model, cache, ids, **kwargs)
     seconds = time.perf_counter() - start
     return out[0, ids.shape[1]:].tolist(), seconds
 
@@ -90,7 +113,7 @@ def main():
                                                               dtype=torch.float32).eval()
     model.generation_config.pad_token_id = tokenizer.eos_token_id
     ids = prompt_ids(tokenizer)
-    caches = ["dynamic", "static", "statickv"]
+    caches = ["dynamic", "static", "statickv", "statickv-loop"]
     modes = ["lookup", "beams"]
     seconds = {(m, c): [] for m in modes for c in caches}
     tokens = {}

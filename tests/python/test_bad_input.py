@@ -49,8 +49,9 @@ def test_right_padding_and_unknown_arguments(used_cache):
     with pytest.raises(ValueError, match="attention_mask: expected left padding"):
         skh.generate(model, cache, ids, attention_mask=mask.flip(1), max_new_tokens=2)
     with pytest.raises(ValueError, match=r"generate_kwargs: expected only .* but got "
-                                         r"\['num_beams'\]"):
-        skh.generate(model, cache, ids, attention_mask=mask, max_new_tokens=2, num_beams=2)
+                                         r"\['num_beam_groups'\]"):
+        skh.generate(model, cache, ids, attention_mask=mask, max_new_tokens=2,
+                     num_beam_groups=2)
     assert_same(before, snapshot(cache))
 
 

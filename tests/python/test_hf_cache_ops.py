@@ -356,3 +356,53 @@ def test_statickv_generate_refuses_speculation_it_cannot_verify_before_writing()
         with pytest.raises(ValueError, match=re.escape(message)):
             skh.generate(model, cache, ids, attention_mask=mask, max_new_tokens=4, **kwargs)
         assert_same(before, snapshot(cache))
+
+
+# -- statickv.hf.generate: beam search ----------------------------------------------
+
+
+@pytest.mark.parametrize("beams", [2, 4])
+@pytest.mark.parametrize("kind", ["llama", "mistral", "gemma3"])
+@pytest.mark.parametrize("early_stopping", [False, True])
+def test_statickv_generate_beam_search_equals_transformers_beams(kind, beams, early_stopping):
+    model = any_model(kind)
+    ids, mask = left_padded([9, 5])
+    expected = model.generate(ids, attention_mask=mask, num_beams=beams, do_sample=False,
+                              max_new_tokens=10, early_stopping=early_stopping)
+    cache = make_cache(model, max_batch_size=2 * beams)
+    pointers = [(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in cache.layers]
+    ours = skh.generate(model, cache, ids, attention_mask=mask, num_beams=beams,
+                        max_new_tokens=10, early_stopping=early_stopping)
+    assert torch.equal(ours, expected)
+    assert pointers == [(layer.keys.data_ptr(), layer.values.data_ptr())
+                        for layer in cache.layers]
+
+
+def test_statickv_generate_beam_reorder_reuses_one_scratch_call_after_call():
+    model = tiny_model("qwen2")
+    cache = make_cache(model, max_batch_size=8)
+    ids, mask = left_padded([7, 12])
+    skh.generate(model, cache, ids, attention_mask=mask, num_beams=4, max_new_tokens=6)
+    buffers, index = cache._beam_scratch
+    held = [t.data_ptr() for t in buffers.values()] + [index.data_ptr()]
+    assert len(buffers) == 2  # one per layer shape: the full layers', the rings'
+    skh.generate(model, cache, ids, attention_mask=mask, num_beams=4, max_new_tokens=6)
+    buffers, index = cache._beam_scratch
+    assert held == [t.data_ptr() for t in buffers.values()] + [index.data_ptr()]
+
+
+def test_statickv_generate_refuses_beam_options_it_cannot_honour_before_writing():
+    model = tiny_model("llama")
+    cache = make_cache(model)
+    before = snapshot(cache)
+    ids, mask = left_padded([6, 4])
+    cases = [
+        (dict(num_beams=4), "batch * num_beams <= max_batch_size=4"),
+        (dict(num_beams=2, do_sample=True), "do_sample: expected False with num_beams"),
+        (dict(num_beams=2, num_return_sequences=2), "num_return_sequences: expected 1"),
+        (dict(num_beams=2, prompt_lookup_num_tokens=3), "num_beams: expected 1 with"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            skh.generate(model, cache, ids, attention_mask=mask, max_new_tokens=4, **kwargs)
+        assert_same(before, snapshot(cache))

@@ -24,7 +24,8 @@ from transformers.generation.logits_process import (
 _SUPPORTED = {"max_new_tokens", "max_length", "do_sample", "temperature", "top_k", "top_p",
               "eos_token_id", "pad_token_id", "bos_token_id", "use_cache",
               "prompt_lookup_num_tokens", "max_matching_ngram_size", "assistant_model",
-              "num_assistant_tokens"}
+              "num_assistant_tokens", "num_beams", "early_stopping", "length_penalty",
+              "num_return_sequences"}
 
 
 @dataclass
@@ -37,6 +38,9 @@ class _Options:
     drafts: int = 0  # speculation: the most draft tokens per row and step (0: plain decode)
     ngram: int = 2  # prompt lookup: the longest n-gram matched
     assistant: object = None  # assisted decoding: the draft model
+    num_beams: int = 1  # beam search (greedy beams)
+    early_stopping: object = False
+    length_penalty: float = 1.0
 
 
 def _options(model, input_len, kwargs):
@@ -62,7 +66,30 @@ def _options(model, input_len, kwargs):
     pad = config.pad_token_id
     pad = pad if pad is not None else (int(eos[0]) if eos is not None else 0)
     options = _Options(new, bool(config.do_sample), processors, eos, pad)
-    return _speculation(options, config, kwargs)
+    return _beams(_speculation(options, config, kwargs), config)
+
+
+def _beams(options, config):
+    """Beam search (num_beams > 1): greedy beams, one sequence per prompt,
+    no speculation beside it."""
+    beams = config.num_beams or 1
+    if beams == 1:
+        return options
+    if not isinstance(beams, int) or beams < 1:
+        raise ValueError(f"num_beams: expected an integer >= 1 but got {beams!r}")
+    if options.do_sample:
+        raise ValueError("do_sample: expected False with num_beams > 1 (beam sampling is not "
+                         "supported) but got True")
+    if options.drafts:
+        raise ValueError("num_beams: expected 1 with prompt_lookup_num_tokens or "
+                         f"assistant_model but got {beams}")
+    if (config.num_return_sequences or 1) != 1:
+        raise ValueError(f"num_return_sequences: expected 1 but got "
+                         f"{config.num_return_sequences}")
+    options.num_beams = beams
+    options.early_stopping = config.early_stopping
+    options.length_penalty = config.length_penalty if config.length_penalty is not None else 1.0
+    return options
 
 
 def _speculation(options, config, kwargs):
@@ -114,9 +141,12 @@ def _check(cache, input_ids, lengths, options):
     b = input_ids.shape[0]
     if input_ids.dim() != 2 or b < 1:
         raise ValueError(f"input_ids: expected [batch, length] but got {list(input_ids.shape)}")
-    if b > cache.max_batch_size:
+    if options.num_beams == 1 and b > cache.max_batch_size:
         raise ValueError(f"input_ids: expected a batch <= max_batch_size="
                          f"{cache.max_batch_size} but got {b}")
+    if b * options.num_beams > cache.max_batch_size:
+        raise ValueError(f"input_ids: expected batch * num_beams <= max_batch_size="
+                         f"{cache.max_batch_size} but got {b} * {options.num_beams}")
     if options.max_new_tokens < 1:
         raise ValueError(f"max_new_tokens: expected >= 1 but got {options.max_new_tokens}")
     total = int(lengths.max()) + options.max_new_tokens
@@ -313,7 +343,117 @@ def _speculative_loop(model, cache, input_ids, lengths, options):
     return torch.cat([input_ids, out.to(input_ids.device)], 1)
 
 
+class _BeamScratch:
+    """Beam search's reorder of the cache rows, allocation-free per step: one
+    scratch buffer per layer shape and one index buffer, made on first use
+    and kept with the cache. Only keys and values move: the beams of one
+    prompt sit at the same positions, so their bookkeeping rows are equal
+    and a reorder within a prompt's beams leaves it as it is."""
+
+    def __init__(self, cache):
+        if getattr(cache, "_beam_scratch", None) is None:
+            first = cache.layers[0].keys
+            buffers = {}
+            for layer in cache.layers:
+                key = tuple(layer.keys.shape)
+                if key not in buffers:
+                    buffers[key] = torch.empty_like(layer.keys)
+            index = torch.empty(cache.max_batch_size, dtype=torch.long, device=first.device)
+            cache._beam_scratch = (buffers, index)
+        self.cache = cache
+        self.buffers, self.index = cache._beam_scratch
+
+    def reorder(self, beam_idx):
+        n = beam_idx.numel()
+        index = self.index[:n]
+        index.copy_(beam_idx)
+        for layer in self.cache.layers:
+            scratch = self.buffers[tuple(layer.keys.shape)][:n]
+            for buffer in (layer.keys, layer.values):
+                torch.index_select(buffer[:n], 0, index, out=scratch)
+                buffer[:n].copy_(scratch)
+
+
+def _beam_loop(model, cache, input_ids, lengths, options):
+    """Beam search as transformers' _beam_search runs it (its own beam
+    bookkeeping helpers), with every forward through the cache's buckets:
+    the prompt's rows repeated num_beams times, prefilled once, then one
+    decode step for every beam, the cache rows reordered to follow their
+    parents (_BeamScratch)."""
+    from transformers.generation.stopping_criteria import (
+        EosTokenCriteria,
+        MaxLengthCriteria,
+        StoppingCriteriaList,
+    )
+
+    nb = options.num_beams
+    b, width = input_ids.shape
+    rows = b * nb
+    ids = input_ids.repeat_interleave(nb, 0)
+    lens = lengths.repeat_interleave(nb)
+    cache.native.reset_rows(torch.arange(rows))
+    scratch = _BeamScratch(cache)
+    logits = _prefill(model, cache, ids, lens)
+    device = logits.device
+    max_length = width + options.max_new_tokens
+    criteria = StoppingCriteriaList([MaxLengthCriteria(max_length)])
+    if options.eos is not None:
+        criteria.append(EosTokenCriteria(options.eos.to(device)))
+    keep = max(2, 1 + (0 if options.eos is None else options.eos.numel())) * nb
+    top_mask = torch.cat([torch.ones(nb, dtype=torch.bool),
+                          torch.zeros(keep - nb, dtype=torch.bool)]).to(device)
+    running = torch.full((b, nb, max_length), options.pad_token_id, dtype=torch.long,
+                         device=device)
+    running[:, :, :width] = ids.to(device).view(b, nb, width)
+    sequences = running.clone()
+    running_scores = torch.zeros((b, nb), device=device)
+    running_scores[:, 1:] = -1e9
+    beam_scores = torch.full((b, nb), -1e9, device=device)
+    finished = torch.zeros((b, nb), dtype=torch.bool, device=device)
+    heuristic = torch.ones((b, 1), dtype=torch.bool, device=device)
+    running_idx = torch.full((b, nb, max_length - width), -1, dtype=torch.int32, device=device)
+    beam_indices = running_idx.clone()
+    cur = width
+    while True:
+        flat = running[:, :, :cur].reshape(rows, cur)
+        log_probs = options.processors(flat, torch.nn.functional.log_softmax(logits, dim=-1))
+        log_probs = (log_probs.view(b, nb, -1) + running_scores[:, :, None]).reshape(b, -1)
+        topk_lp, topk_seq, topk_idx = model._get_top_k_continuations(
+            accumulated_log_probs=log_probs, running_sequences=running,
+            running_beam_indices=running_idx, cur_len=cur, decoder_prompt_len=width,
+            do_sample=False, beams_to_keep=keep, num_beams=nb, batch_size=b)
+        hits = criteria(topk_seq[:, :, :cur + 1].reshape(b * keep, -1), None).view(b, keep)
+        running, running_scores, running_idx = model._get_running_beams_for_next_iteration(
+            topk_log_probs=topk_lp, topk_running_sequences=topk_seq,
+            topk_running_beam_indices=topk_idx, next_token_hits_stopping_criteria=hits,
+            num_beams=nb)
+        sequences, beam_scores, beam_indices, finished = model._update_finished_beams(
+            sequences=sequences, topk_running_sequences=topk_seq, beam_scores=beam_scores,
+            topk_log_probs=topk_lp, beam_indices=beam_indices,
+            topk_running_beam_indices=topk_idx, is_early_stop_heuristic_unsatisfied=heuristic,
+            is_sent_finished=finished, next_token_hits_stopping_criteria=hits,
+            top_num_beam_mask=top_mask, num_beams=nb, cur_len=cur, decoder_prompt_len=width,
+            length_penalty=options.length_penalty, early_stopping=options.early_stopping)
+        scratch.reorder(running_idx[..., cur - width].reshape(rows))
+        cur += 1
+        heuristic = model._check_early_stop_heuristic(
+            is_early_stop_heuristic_unsatisfied=heuristic, running_beam_scores=running_scores,
+            beam_scores=beam_scores, is_sent_finished=finished, cur_len=cur,
+            max_length=max_length, decoder_prompt_len=width,
+            early_stopping=options.early_stopping, length_penalty=options.length_penalty)
+        if not bool(model._beam_search_has_unfinished_sequences(heuristic, finished, hits,
+                                                                options.early_stopping)):
+            break
+        tokens = running[:, :, cur - 1].reshape(rows)
+        logits = _decode(model, cache, tokens, lens + (cur - 1 - width))
+    best = sequences[:, 0]
+    generated = int(((beam_indices[:, 0] + 1).bool()).sum(dim=1).max())
+    return best[:, :width + generated].to(input_ids.device)
+
+
 def _loop(model, cache, input_ids, lengths, options):
+    if options.num_beams > 1:
+        return _beam_loop(model, cache, input_ids, lengths, options)
     if options.drafts:
         return _speculative_loop(model, cache, input_ids, lengths, options)
     b = input_ids.shape[0]
