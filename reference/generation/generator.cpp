@@ -47,7 +47,8 @@ namespace {
 void check_speculation(const GenerateOptions& o, const LlamaModel& model, int64_t max_len) {
   TORCH_CHECK(o.speculate >= 0, "speculate: expected >= 0 (0 = off) but got ", o.speculate);
   TORCH_CHECK(o.lookup_ngram >= 1, "lookup_ngram: expected >= 1 but got ", o.lookup_ngram);
-  check_draft_model(model, o.draft_model, o.speculate);
+  // The Engine checks the draft model of a static or hybrid cache.
+  if (o.cache == CacheKind::kDynamic) check_draft_model(model, o.draft_model, o.speculate);
   if (o.speculate == 0) return;
   TORCH_CHECK(o.cache != CacheKind::kDynamic,
               "speculate: expected cache=static or hybrid (rejected drafts are rolled back with "

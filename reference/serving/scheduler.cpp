@@ -34,12 +34,10 @@ struct Scheduler::State {
 
 namespace {
 
-/// Resolves the options' defaults and checks them against the model.
-SchedulerOptions resolved(const LlamaModel& model, SchedulerOptions o) {
-  TORCH_CHECK(o.cache != CacheKind::kDynamic,
-              "cache: expected static or hybrid (one preallocated cache) but got dynamic");
-  TORCH_CHECK(o.cache != CacheKind::kStatic || !model.config().has_sliding(),
-              "cache: expected hybrid for a model with sliding-window layers but got static");
+/// Resolves the Scheduler's own defaults and checks its own fields; what
+/// it shares with Generator (the cache kind against the model, the draft
+/// model, attend_buckets) the Engine checks and resolves.
+SchedulerOptions resolved(SchedulerOptions o) {
   TORCH_CHECK(o.max_batch >= 1, "max_batch: expected >= 1 but got ", o.max_batch);
   TORCH_CHECK(o.max_len >= 2, "max_len: expected >= 2 but got ", o.max_len);
   TORCH_CHECK(o.prefill_chunk >= 0, "prefill_chunk: expected >= 0 (0 = default) but got ",
@@ -50,14 +48,8 @@ SchedulerOptions resolved(const LlamaModel& model, SchedulerOptions o) {
   TORCH_CHECK(o.prompt_buckets->max() >= chunk,
               "prompt_buckets: expected a largest bucket >= ", chunk,
               " (the prefill chunk) but got ", o.prompt_buckets->max());
-  if (!o.attend_buckets) {
-    o.attend_buckets = ShapeBuckets::powers_of_two(o.max_len, std::min<int64_t>(64, o.max_len));
-  }
-  TORCH_CHECK(o.attend_buckets->max() == o.max_len, "attend_buckets: expected a largest bucket of ",
-              o.max_len, " (max_len) but got ", o.attend_buckets->max());
   TORCH_CHECK(o.speculate >= 0, "speculate: expected >= 0 (0 = off) but got ", o.speculate);
   TORCH_CHECK(o.lookup_ngram >= 1, "lookup_ngram: expected >= 1 but got ", o.lookup_ngram);
-  check_draft_model(model, o.draft_model, o.speculate);
   if (o.token_budget == 0) o.token_budget = o.max_batch - 1 + chunk;
   TORCH_CHECK(o.token_budget >= o.max_batch, "token_budget: expected >= max_batch=", o.max_batch,
               " (every decode row and one prompt token) or 0 but got ", o.token_budget);
@@ -67,7 +59,7 @@ SchedulerOptions resolved(const LlamaModel& model, SchedulerOptions o) {
 }  // namespace
 
 Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions options)
-    : state_(new State{model, resolved(model, std::move(options)), {}, {}, {}, {}, {}}) {
+    : state_(new State{model, resolved(std::move(options)), {}, {}, {}, {}, {}}) {
   c10::InferenceMode inference;
   State& s = *state_;
   const SchedulerOptions& o = s.options;
@@ -84,6 +76,7 @@ Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions options)
               " but got ", e.max_chunk);
   e.prefill_chunk = o.prefill_chunk;
   s.engine = std::make_unique<Engine>(model, e);
+  s.options.attend_buckets = s.engine->options().attend_buckets;  // options() shows the default
   s.table = std::make_unique<RowTable>(s.engine->cache(), s.engine->draft_cache());
   s.stats.max_batch = o.max_batch;
 }
