@@ -130,7 +130,8 @@ class TokenizerSession final : public TextSession {
                       "/chat_prompt.json (tools/smollm2/convert.py writes it) but it is missing");
     }
     for (size_t r = 0; r < questions_.size(); ++r) {
-      ids_.push_back(flags.chat ? tok_.apply_chat(questions_[r]) : tok_.encode(questions_[r]));
+      ids_.push_back(flags.chat ? tok_.apply_chat(questions_[r])
+                                : tok_.encode_prompt(questions_[r]));
       if (ids_.back().empty()) {
         throw FlagError(
             fmt::format("--prompt: expected text with at least one token but prompt "

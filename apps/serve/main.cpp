@@ -153,7 +153,7 @@ serve::TextCodec text_codec(const Options& o) {
   if (dir.empty()) return {};
 #ifdef STATICKV_SERVE_TOKENIZER
   auto tok = std::make_shared<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(dir));
-  return {[tok](const std::string& text) { return tok->encode(text); },
+  return {[tok](const std::string& text) { return tok->encode_prompt(text); },
           [tok](const std::vector<int64_t>& ids) { return tok->decode(ids, true); }};
 #else
   throw FlagError("--tokenizer: expected no tokenizer: this build has no statickv::tokenizer");

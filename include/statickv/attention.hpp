@@ -48,22 +48,34 @@ inline void check_attention_args(const at::Tensor& q, const at::Tensor& k, const
 
 }  // namespace detail
 
-/// Plain matmul/softmax attention, computed in float32 (float64 for double
-/// inputs) and returned in the query's dtype: [b, heads, q, head_dim].
-inline at::Tensor reference_attention(const at::Tensor& query, const at::Tensor& keys,
-                                      const at::Tensor& values, const at::Tensor& mask) {
+/// reference_attention with the scaled scores capped at
+/// softcap * tanh(score / softcap) before the mask (Gemma 2's
+/// attn_logit_softcapping; 0 = no cap). sdpa cannot cap, so this kernel
+/// serves soft-capped layers.
+inline at::Tensor softcapped_attention(const at::Tensor& query, const at::Tensor& keys,
+                                       const at::Tensor& values, const at::Tensor& mask,
+                                       double softcap) {
   detail::check_attention_args(query, keys, values, mask);
+  TORCH_CHECK(softcap >= 0, "softcap: expected >= 0 (0 = none) but got ", softcap);
   const auto compute = query.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const int64_t group = query.size(1) / keys.size(1);
   const at::Tensor k = keys.to(compute).repeat_interleave(group, 1);
   const at::Tensor v = values.to(compute).repeat_interleave(group, 1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(query.size(3)));
   at::Tensor scores = at::matmul(query.to(compute), k.transpose(-1, -2)).mul_(scale);
+  if (softcap > 0) scores.div_(softcap).tanh_().mul_(softcap);  // Gemma 2's logit soft-cap
   const at::Tensor blocked = mask.logical_not();
   scores.masked_fill_(blocked, -std::numeric_limits<double>::infinity());
   // A fully masked row is all -inf: softmax gives NaN there, zeroed below.
   at::Tensor probs = at::softmax(scores, -1).masked_fill_(blocked, 0.0);
   return at::matmul(probs, v).to(query.scalar_type());
+}
+
+/// Plain matmul/softmax attention, computed in float32 (float64 for double
+/// inputs) and returned in the query's dtype: [b, heads, q, head_dim].
+inline at::Tensor reference_attention(const at::Tensor& query, const at::Tensor& keys,
+                                      const at::Tensor& values, const at::Tensor& mask) {
+  return softcapped_attention(query, keys, values, mask, 0.0);
 }
 
 /// Fused attention (scaled_dot_product_attention with enable_gqa). mask:

@@ -80,6 +80,58 @@ ModelConfig smollm2_135m() {
   return c;
 }
 
+/// What gemma2 and gemma3_text share over a Llama layer (read_gemma in
+/// config_json.cpp sets the same fields from a config.json).
+void make_gemma(ModelConfig& c, const std::string& type) {
+  c.model_type = type;
+  c.hidden_act = Activation::kGeluTanh;
+  c.norm_style = NormStyle::kGemma;
+  c.sandwich_norms = true;
+  c.scale_embeddings = true;
+  c.qk_norm = type == "gemma3_text";
+}
+
+// The tiny Gemma 3: five sliding layers to a full one, window 8, a rope per
+// layer type, q/k norms.
+ModelConfig tiny_gemma3() {
+  ModelConfig c = tiny();
+  make_gemma(c, "gemma3_text");
+  c.num_hidden_layers = 6;
+  c.layer_types = {LayerType::kSliding, LayerType::kSliding, LayerType::kSliding,
+                   LayerType::kSliding, LayerType::kSliding, LayerType::kFull};
+  c.sliding_window = 8;
+  c.query_pre_attn_scalar = 24;
+  c.rope.theta = 100000.0;
+  c.sliding_rope = RopeConfig{};
+  return c;
+}
+
+// Gemma 3 270M's config.json (tools/gemma3/convert.py): for benchmarks where
+// the real weights cannot go (the GPU machine), with random ones.
+ModelConfig gemma3_270m() {
+  ModelConfig c;
+  make_gemma(c, "gemma3_text");
+  c.vocab_size = 262144;
+  c.hidden_size = 640;
+  c.intermediate_size = 2048;
+  c.num_hidden_layers = 18;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 1;
+  c.head_dim = 256;
+  c.max_position_embeddings = 32768;
+  c.query_pre_attn_scalar = 256;
+  c.rope.theta = 1000000.0;
+  c.sliding_rope = RopeConfig{};  // default, theta 10000
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    c.layer_types.push_back((i + 1) % 6 == 0 ? LayerType::kFull : LayerType::kSliding);
+  }
+  c.sliding_window = 512;
+  c.tie_word_embeddings = true;
+  c.eos_token_ids = {1};
+  c.bos_token_id = 2;
+  return c;
+}
+
 }  // namespace
 
 ModelConfig named_config(const std::string& name) {
@@ -99,6 +151,20 @@ ModelConfig named_config(const std::string& name) {
     config.layer_types = {LayerType::kFull, LayerType::kFull, LayerType::kSliding,
                           LayerType::kSliding};
     config.sliding_window = 8;
+  } else if (name == "tiny-gemma3") {
+    config = tiny_gemma3();
+  } else if (name == "tiny-gemma2") {
+    config = tiny();
+    make_gemma(config, "gemma2");
+    config.num_hidden_layers = 4;
+    config.layer_types = {LayerType::kSliding, LayerType::kFull, LayerType::kSliding,
+                          LayerType::kFull};
+    config.sliding_window = 8;
+    config.query_pre_attn_scalar = 16;
+    config.attn_logit_softcapping = 2.0;
+    config.final_logit_softcapping = 6.0;
+  } else if (name == "gemma3-270m") {
+    config = gemma3_270m();
   } else if (name == "smollm2-135m") {
     config = smollm2_135m();
   } else if (name == "llama-3.2-1b") {
@@ -116,7 +182,8 @@ ModelConfig named_config(const std::string& name) {
 }
 
 std::vector<std::string> named_config_names() {
-  return {"tiny", "tiny-mistral", "tiny-qwen2", "smollm2-135m", "llama-3.2-1b", "llama-3.1-8b"};
+  return {"tiny",         "tiny-mistral", "tiny-qwen2",   "tiny-gemma2", "tiny-gemma3",
+          "smollm2-135m", "gemma3-270m",  "llama-3.2-1b", "llama-3.1-8b"};
 }
 
 Weights random_weights(const ModelConfig& config, uint64_t seed, at::ScalarType dtype,
@@ -131,8 +198,10 @@ Weights random_weights(const ModelConfig& config, uint64_t seed, at::ScalarType 
   for (const auto& [name, shape] : params) {
     const bool is_norm =
         shape.size() == 1 && name.size() >= 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
-    at::Tensor tensor =
-        is_norm ? at::ones(shape, f32) : at::empty(shape, f32).normal_(0.0, 0.02, generator);
+    // A norm scales by its weight (Llama) or by 1 + weight (Gemma): identity either way.
+    const double norm_value = config.norm_style == NormStyle::kGemma ? 0.0 : 1.0;
+    at::Tensor tensor = is_norm ? at::full(shape, norm_value, f32)
+                                : at::empty(shape, f32).normal_(0.0, 0.02, generator);
     weights[name] = tensor.to(device, dtype);
   }
   return weights;

@@ -1,5 +1,5 @@
-// The parameter-name table: the one place Hugging Face's Llama parameter
-// names are spelled (the loader checks them, the model reads them).
+// The parameter-name table: the one place Hugging Face's decoder-layer
+// parameter names are spelled (the loader checks them, the model reads them).
 
 #include <statickv/reference/checkpoint.hpp>
 
@@ -51,6 +51,18 @@ std::string parameter_name(int64_t layer, LayerParam param) {
     case LayerParam::kDownProj:
       suffix = "mlp.down_proj.weight";
       break;
+    case LayerParam::kQNorm:
+      suffix = "self_attn.q_norm.weight";
+      break;
+    case LayerParam::kKNorm:
+      suffix = "self_attn.k_norm.weight";
+      break;
+    case LayerParam::kPreFfnNorm:
+      suffix = "pre_feedforward_layernorm.weight";
+      break;
+    case LayerParam::kPostFfnNorm:
+      suffix = "post_feedforward_layernorm.weight";
+      break;
   }
   return "model.layers." + std::to_string(layer) + "." + suffix;
 }
@@ -77,6 +89,14 @@ std::vector<std::pair<LayerParam, std::vector<int64_t>>> layer_parameters(
   out.push_back({P::kGateProj, {inter, hidden}});
   out.push_back({P::kUpProj, {inter, hidden}});
   out.push_back({P::kDownProj, {hidden, inter}});
+  if (config.qk_norm) {
+    out.push_back({P::kQNorm, {config.head_dim}});
+    out.push_back({P::kKNorm, {config.head_dim}});
+  }
+  if (config.sandwich_norms) {
+    out.push_back({P::kPreFfnNorm, {hidden}});
+    out.push_back({P::kPostFfnNorm, {hidden}});
+  }
   return out;
 }
 

@@ -11,9 +11,9 @@ namespace statickv::reference {
 namespace {
 
 at::Tensor run_kernel(AttentionKernel kernel, const at::Tensor& q, const at::Tensor& k,
-                      const at::Tensor& v, const at::Tensor& mask) {
-  return kernel == AttentionKernel::kSdpa ? sdpa_attention(q, k, v, mask)
-                                          : reference_attention(q, k, v, mask);
+                      const at::Tensor& v, const at::Tensor& mask, double softcap) {
+  if (kernel == AttentionKernel::kSdpa && softcap == 0) return sdpa_attention(q, k, v, mask);
+  return softcapped_attention(q, k, v, mask, softcap);
 }
 
 }  // namespace
@@ -70,10 +70,13 @@ at::Tensor CacheBackend::attend_rotary(int64_t layer, const at::Tensor& query,
 
 // The cache's own entry point picks the fastest exact path (mask-free
 // varlen on CUDA fp16/bf16 full layers, else sdpa with the additive mask);
-// the reference kernel takes the bool mask.
+// the reference kernel takes the bool mask; softcapped_attention serves
+// soft-capped layers.
 at::Tensor CacheBackend::attend_views(int64_t layer, const at::Tensor& query, const KV& kv) const {
-  if (kernel_ == AttentionKernel::kSdpa) return cache_.attend(layer, query, kv, *step_);
-  return run_kernel(kernel_, query, kv.keys, kv.values, step_->mask(layer));
+  if (kernel_ == AttentionKernel::kSdpa && softcap_ == 0) {
+    return cache_.attend(layer, query, kv, *step_);
+  }
+  return run_kernel(kernel_, query, kv.keys, kv.values, step_->mask(layer), softcap_);
 }
 
 DynamicCache::DynamicCache(const ModelConfig& config, AttentionKernel kernel)
@@ -111,7 +114,7 @@ at::Tensor DynamicCache::attend(int64_t layer, const at::Tensor& query, const at
   k = k.defined() ? at::cat({k, key}, 2) : key.contiguous();
   v = v.defined() ? at::cat({v, value}, 2) : value.contiguous();
   const bool sliding = windows_[static_cast<size_t>(layer)] > 0;
-  return run_kernel(kernel_, query, k, v, sliding ? sliding_mask_ : full_mask_);
+  return run_kernel(kernel_, query, k, v, sliding ? sliding_mask_ : full_mask_, softcap_);
 }
 
 int64_t DynamicCache::memory_bytes() const {

@@ -1,4 +1,5 @@
-// The reference Llama-family decoder and its attention backends.
+// The reference decoder: the Llama layer and what each family changes in it
+// (ModelConfig, docs/checkpoints.md "Model families").
 
 #include <statickv/detail/checks.hpp>
 #include <statickv/reference/checkpoint.hpp>
@@ -6,6 +7,7 @@
 #include <statickv/rotary.hpp>
 
 #include <cmath>
+#include <tuple>
 
 namespace statickv::reference {
 
@@ -39,13 +41,14 @@ at::Tensor concat_rows(Weights& weights, const std::vector<std::string>& names) 
   return whole;
 }
 
-// Inverse frequencies [head_dim / 2] (float32), "default" or "llama3".
+// Inverse frequencies [head_dim / 2] (float32), "default", "linear" or "llama3".
 at::Tensor inverse_frequencies(const RopeConfig& rope, int64_t head_dim) {
   const auto f32 = at::TensorOptions().dtype(at::kFloat);
   at::Tensor inv = at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kLong))
                        .to(at::kFloat)
                        .div(static_cast<double>(head_dim));
   inv = at::pow(at::scalar_tensor(rope.theta, f32), inv).reciprocal();
+  if (rope.type == "linear") return inv.div(rope.factor);  // positions divided by factor
   if (rope.type == "llama3") {
     // Llama 3.1's frequency-dependent scaling: long wavelengths are divided
     // by `factor`, short ones kept, the band between interpolated.
@@ -117,12 +120,34 @@ LlamaModel::LlamaModel(ModelConfig config, Weights weights, TpShard tp)
     layer.gate_proj = get(i, P::kGateProj);
     layer.up_proj = get(i, P::kUpProj);
     layer.down_proj = get(i, P::kDownProj);
+    if (config_.qk_norm) {
+      layer.q_norm = get(i, P::kQNorm);
+      layer.k_norm = get(i, P::kKNorm);
+    }
+    if (config_.sandwich_norms) {
+      layer.pre_ffn_norm = get(i, P::kPreFfnNorm);
+      layer.post_ffn_norm = get(i, P::kPostFfnNorm);
+    }
     layers_.push_back(std::move(layer));
   }
   final_norm_ = weights_.at(kFinalNorm);
   lm_head_ = config_.tie_word_embeddings ? embed_.narrow(0, plan_.vocab_first, plan_.vocab)
                                          : weights_.at(kLmHead);
   inv_freq_ = inverse_frequencies(config_.rope, config_.head_dim).to(device_);
+  if (config_.sliding_rope) {
+    sliding_inv_freq_ = inverse_frequencies(*config_.sliding_rope, config_.head_dim).to(device_);
+  }
+}
+
+void LlamaModel::check_path(DecodePath path) const {
+  if (path != DecodePath::kFused) return;
+  TORCH_CHECK(config_.fused_layer_applies(), "path: expected plain for model_type ",
+              config_.model_type,
+              " (the fused layer is Llama's: no q/k norm, Gemma norms, GELU, attention scale or "
+              "soft-capping) but got fused");
+  TORCH_CHECK(!tp_.comm,
+              "path: expected plain with tensor parallelism (the fused layer folds o_proj and "
+              "down_proj into in-place GEMMs, which do not all-reduce) but got fused");
 }
 
 CacheConfig LlamaModel::cache_config(int64_t max_batch, int64_t max_len) const {
@@ -139,12 +164,17 @@ CacheConfig LlamaModel::cache_config(int64_t max_batch, int64_t max_len) const {
   return c;
 }
 
-// RMSNorm as Hugging Face computes it: in float32, weight applied after the
-// cast back to the activation dtype.
+// RMSNorm as Hugging Face computes it: in float32, the weight applied after
+// the cast back to the activation dtype (Llama) or (1 + weight) before it,
+// in float32 (Gemma).
 at::Tensor LlamaModel::rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
   const at::Tensor h = x.to(at::kFloat);
   const at::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
-  return weight.mul(h.mul(at::rsqrt(variance.add(config_.rms_norm_eps))).to(x.scalar_type()));
+  const at::Tensor normed = h.mul(at::rsqrt(variance.add(config_.rms_norm_eps)));
+  if (config_.norm_style == NormStyle::kGemma) {
+    return normed.mul(weight.to(at::kFloat).add(1.0)).to(x.scalar_type());
+  }
+  return weight.mul(normed.to(x.scalar_type()));
 }
 
 // RMSNorm through at::rms_norm: LibTorch's fused kernel on CUDA
@@ -155,10 +185,44 @@ at::Tensor LlamaModel::fused_rms_norm(const at::Tensor& x, const at::Tensor& wei
 }
 
 // cos/sin [b, 1, q, head_dim] in the model dtype, computed in float32.
-std::pair<at::Tensor, at::Tensor> LlamaModel::rope(const at::Tensor& positions) const {
-  const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1).mul(inv_freq_);  // [b, q, D/2]
+std::pair<at::Tensor, at::Tensor> LlamaModel::rope(const at::Tensor& positions,
+                                                   const at::Tensor& inv_freq) const {
+  const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1).mul(inv_freq);  // [b, q, D/2]
   const at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);
   return {emb.cos().to(dtype_), emb.sin().to(dtype_)};
+}
+
+// Padded tokens get position 0 for the rotary embedding; their outputs are
+// never used and the cache never stores them.
+LlamaModel::Rotary LlamaModel::rotary(const at::Tensor& positions) const {
+  const at::Tensor clamped = positions.clamp_min(0);
+  Rotary r;
+  std::tie(r.cos, r.sin) = rope(clamped, inv_freq_);
+  if (sliding_inv_freq_.defined()) {
+    std::tie(r.sliding_cos, r.sliding_sin) = rope(clamped, sliding_inv_freq_);
+  } else {
+    r.sliding_cos = r.cos;
+    r.sliding_sin = r.sin;
+  }
+  return r;
+}
+
+// Gemma scales the embeddings by sqrt(hidden_size) rounded to the model
+// dtype, as transformers' scaled embedding does.
+at::Tensor LlamaModel::embed(const at::Tensor& ids) const {
+  const at::Tensor x = at::embedding(embed_, ids);  // [b, q, hidden]
+  if (!config_.scale_embeddings) return x;
+  const double scale = std::sqrt(static_cast<double>(config_.hidden_size));
+  return x.mul(at::scalar_tensor(scale, x.options()));
+}
+
+// The kernels scale scores by head_dim^-0.5; a query_pre_attn_scalar (Gemma)
+// is folded into the query, so every kernel and cache path serves it.
+at::Tensor LlamaModel::scale_query(const at::Tensor& query) const {
+  if (config_.query_pre_attn_scalar == 0) return query;
+  const double factor =
+      std::sqrt(static_cast<double>(config_.head_dim) / config_.query_pre_attn_scalar);
+  return factor == 1.0 ? query : query.mul(factor);
 }
 
 at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& positions,
@@ -170,21 +234,18 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& position
   detail::check_device("ids", ids, device_, " (the model's)");
   detail::check_device("positions", positions, device_, " (the model's)");
   const bool fused = backend.path() == DecodePath::kFused;
-  TORCH_CHECK(!fused || !tp_.comm,
-              "path: expected plain with tensor parallelism (the fused layer folds o_proj and "
-              "down_proj into in-place GEMMs, which do not all-reduce) but got fused");
+  check_path(backend.path());
   if (tp_.comm && tp_.check_divergence) check_same_step(ids, attend_len, logits);
 
+  backend.set_logit_softcap(config_.attn_logit_softcapping);
   backend.begin(positions, attend_len);
-  // Padded tokens get position 0 for the rotary embedding; their outputs are
-  // never used and the cache never stores them.
-  const auto [cos, sin] = rope(positions.clamp_min(0));
-  at::Tensor x = at::embedding(embed_, ids);  // [b, q, hidden]
+  const Rotary rot = rotary(positions);
+  at::Tensor x = embed(ids);  // [b, q, hidden]
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     if (fused) {
-      fused_layer(l, x, cos, sin, backend);
+      fused_layer(l, x, rot.cos, rot.sin, backend);
     } else {
-      x = plain_layer(l, x, cos, sin, backend);
+      x = plain_layer(l, x, rot, backend);
     }
   }
   const int64_t b = ids.size(0);
@@ -207,9 +268,13 @@ at::Tensor LlamaModel::attention(const Layer& layer, int64_t l, const at::Tensor
   const int64_t heads = plan_.q_heads, kv_heads = plan_.kv.count;
   at::Tensor query = project(h, layer.q_proj, layer.q_bias).view({b, q, heads, d}).transpose(1, 2);
   at::Tensor key = project(h, layer.k_proj, layer.k_bias).view({b, q, kv_heads, d}).transpose(1, 2);
+  if (config_.qk_norm) {  // over head_dim, before the rotation
+    query = rms_norm(query, layer.q_norm);
+    key = rms_norm(key, layer.k_norm);
+  }
   const at::Tensor value =
       project(h, layer.v_proj, layer.v_bias).view({b, q, kv_heads, d}).transpose(1, 2);
-  const at::Tensor attn = backend.attend(l, apply_rotary(query, cos, sin),
+  const at::Tensor attn = backend.attend(l, scale_query(apply_rotary(query, cos, sin)),
                                          apply_rotary(key, cos, sin), value);  // [b, heads, q, d]
   const at::Tensor flat = attn.transpose(1, 2).reshape({b, q, heads * d});
   if (!tp_.comm) return project(flat, layer.o_proj, layer.o_bias);
@@ -217,15 +282,20 @@ at::Tensor LlamaModel::attention(const Layer& layer, int64_t l, const at::Tensor
   return layer.o_bias.defined() ? out.add(layer.o_bias) : out;
 }
 
-// SwiGLU over this rank's columns; down_proj is row-parallel.
+// The gated MLP (SiLU or GELU-tanh) over this rank's columns; down_proj is
+// row-parallel.
 at::Tensor LlamaModel::mlp(const Layer& layer, const at::Tensor& g) const {
-  return reduce(project(at::silu(project(g, layer.gate_proj)).mul(project(g, layer.up_proj)),
-                        layer.down_proj));
+  const at::Tensor gate = project(g, layer.gate_proj);
+  const at::Tensor act =
+      config_.hidden_act == Activation::kGeluTanh ? at::gelu(gate, "tanh") : at::silu(gate);
+  return reduce(project(act.mul(project(g, layer.up_proj)), layer.down_proj));
 }
 
 // float32 logits over the whole vocabulary on every rank.
 at::Tensor LlamaModel::lm_head(const at::Tensor& x) const {
-  const at::Tensor local = project(x, lm_head_).to(at::kFloat);
+  at::Tensor local = project(x, lm_head_).to(at::kFloat);
+  const double cap = config_.final_logit_softcapping;
+  if (cap > 0) local = local.div(cap).tanh_().mul_(cap);  // elementwise: before the gather is exact
   if (!tp_.comm || !tp_.vocab_parallel) return local;
   return tp_.comm->all_gather_last(local.contiguous());
 }
@@ -257,12 +327,21 @@ void LlamaModel::check_same_step(const at::Tensor& ids, int64_t attend_len, Logi
 }
 
 // One layer as Hugging Face writes it: one op per step of the math (this
-// rank's heads and columns under tensor parallelism).
-at::Tensor LlamaModel::plain_layer(int64_t l, const at::Tensor& x, const at::Tensor& cos,
-                                   const at::Tensor& sin, AttentionBackend& backend) const {
+// rank's heads and columns under tensor parallelism). Gemma's sandwich
+// norms wrap the attention output and the MLP in norms of their own.
+at::Tensor LlamaModel::plain_layer(int64_t l, const at::Tensor& x, const Rotary& rot,
+                                   AttentionBackend& backend) const {
   const Layer& layer = layers_[static_cast<size_t>(l)];
-  const at::Tensor y = x.add(attention(layer, l, rms_norm(x, layer.input_norm), cos, sin, backend));
-  return y.add(mlp(layer, rms_norm(y, layer.post_norm)));
+  const bool sliding = config_.layer_type(l) == LayerType::kSliding;
+  const at::Tensor& cos = sliding ? rot.sliding_cos : rot.cos;
+  const at::Tensor& sin = sliding ? rot.sliding_sin : rot.sin;
+  const at::Tensor attn = attention(layer, l, rms_norm(x, layer.input_norm), cos, sin, backend);
+  if (!config_.sandwich_norms) {
+    const at::Tensor y = x.add(attn);
+    return y.add(mlp(layer, rms_norm(y, layer.post_norm)));
+  }
+  const at::Tensor y = x.add(rms_norm(attn, layer.post_norm));
+  return y.add(rms_norm(mlp(layer, rms_norm(y, layer.pre_ffn_norm)), layer.post_ffn_norm));
 }
 
 // Note [fused decode path]: the same layer in fewer kernels. at::rms_norm

@@ -4,6 +4,28 @@
 
 namespace statickv::reference {
 
+namespace {
+
+void validate_rope(const RopeConfig& rope, const char* name) {
+  TORCH_CHECK(rope.type == "default" || rope.type == "linear" || rope.type == "llama3", name,
+              ".type: expected \"default\", \"linear\" or \"llama3\" but got \"", rope.type, "\"");
+  TORCH_CHECK(rope.theta > 0, name, ".theta: expected > 0 but got ", rope.theta);
+  if (rope.type == "default") return;
+  TORCH_CHECK(rope.factor > 0, name, ".factor: expected > 0 but got ", rope.factor);
+  if (rope.type != "llama3") return;
+  TORCH_CHECK(rope.low_freq_factor > 0, name, ".low_freq_factor: expected > 0 but got ",
+              rope.low_freq_factor);
+  // The llama3 rule interpolates over [low, high]; equal factors divide by zero.
+  TORCH_CHECK(rope.high_freq_factor > rope.low_freq_factor, name,
+              ".high_freq_factor: expected > low_freq_factor (", rope.low_freq_factor, ") but got ",
+              rope.high_freq_factor);
+  TORCH_CHECK(rope.original_max_position_embeddings > 0, name,
+              ".original_max_position_embeddings: expected > 0 but got ",
+              rope.original_max_position_embeddings);
+}
+
+}  // namespace
+
 void ModelConfig::validate() const {
   TORCH_CHECK(vocab_size > 0, "ModelConfig.vocab_size: expected > 0 but got ", vocab_size);
   TORCH_CHECK(hidden_size > 0, "ModelConfig.hidden_size: expected > 0 but got ", hidden_size);
@@ -23,22 +45,17 @@ void ModelConfig::validate() const {
               "ModelConfig.max_position_embeddings: expected > 0 but got ",
               max_position_embeddings);
   TORCH_CHECK(rms_norm_eps > 0, "ModelConfig.rms_norm_eps: expected > 0 but got ", rms_norm_eps);
-  TORCH_CHECK(rope.type == "default" || rope.type == "llama3",
-              "ModelConfig.rope.type: expected \"default\" or \"llama3\" but got \"", rope.type,
-              "\"");
-  TORCH_CHECK(rope.theta > 0, "ModelConfig.rope.theta: expected > 0 but got ", rope.theta);
-  if (rope.type == "llama3") {
-    TORCH_CHECK(rope.factor > 0, "ModelConfig.rope.factor: expected > 0 but got ", rope.factor);
-    TORCH_CHECK(rope.low_freq_factor > 0, "ModelConfig.rope.low_freq_factor: expected > 0 but got ",
-                rope.low_freq_factor);
-    // The llama3 rule interpolates over [low, high]; equal factors divide by zero.
-    TORCH_CHECK(rope.high_freq_factor > rope.low_freq_factor,
-                "ModelConfig.rope.high_freq_factor: expected > low_freq_factor (",
-                rope.low_freq_factor, ") but got ", rope.high_freq_factor);
-    TORCH_CHECK(rope.original_max_position_embeddings > 0,
-                "ModelConfig.rope.original_max_position_embeddings: expected > 0 but got ",
-                rope.original_max_position_embeddings);
-  }
+  validate_rope(rope, "ModelConfig.rope");
+  if (sliding_rope) validate_rope(*sliding_rope, "ModelConfig.sliding_rope");
+  TORCH_CHECK(query_pre_attn_scalar >= 0,
+              "ModelConfig.query_pre_attn_scalar: expected > 0 (or 0 = head_dim) but got ",
+              query_pre_attn_scalar);
+  TORCH_CHECK(attn_logit_softcapping >= 0,
+              "ModelConfig.attn_logit_softcapping: expected > 0 (or 0 = none) but got ",
+              attn_logit_softcapping);
+  TORCH_CHECK(final_logit_softcapping >= 0,
+              "ModelConfig.final_logit_softcapping: expected > 0 (or 0 = none) but got ",
+              final_logit_softcapping);
   TORCH_CHECK(layer_types.empty() || static_cast<int64_t>(layer_types.size()) == num_hidden_layers,
               "ModelConfig.layer_types: expected empty or num_hidden_layers (", num_hidden_layers,
               ") entries but got ", layer_types.size());

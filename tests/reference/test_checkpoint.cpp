@@ -177,6 +177,22 @@ TEST_CASE("load_config names the file and the field of an unusable config", "[ch
        {"ModelConfig.num_key_value_heads"}},
       {tiny_config_with(R"("model_type": "llama", "hidden_act": "gelu")"), {"hidden_act"}},
       {tiny_config_with(R"("model_type": "llama", "mlp_bias": true)"), {"mlp_bias"}},
+      {tiny_config_with(R"("model_type": "gemma2", "hidden_activation": "gelu")"),
+       {"hidden_activation", "gelu_pytorch_tanh", "\"gelu\""}},
+      {tiny_config_with(R"("model_type": "gemma3_text", "use_bidirectional_attention": true)"),
+       {"use_bidirectional_attention"}},
+      {tiny_config_with(
+           R"("model_type": "gemma3_text", "rope_parameters": {"rope_type": "default"})"),
+       {"rope_parameters", "full_attention", "sliding_attention"}},
+      {tiny_config_with(R"("model_type": "gemma3_text", "rope_parameters": {
+          "full_attention": {"rope_type": "yarn", "factor": 8.0}})"),
+       {"rope_parameters.full_attention.rope_type", "yarn"}},
+      {tiny_config_with(R"("model_type": "gemma2", "query_pre_attn_scalar": 0)"),
+       {"query_pre_attn_scalar"}},
+      {tiny_config_with(R"("model_type": "qwen3", "sliding_window": 8,
+          "layer_types": ["sliding_attention", "full_attention", "full_attention",
+                          "full_attention"])"),
+       {"layer_types", "use_sliding_window", "no window"}},
   };
   for (const Bad& bad : cases) {
     INFO(bad.text);

@@ -90,6 +90,74 @@ TEST_CASE("layer_types lists each layer's attention", "[checkpoint]") {
   check_same_config(c, named_config("tiny-qwen2"));
 }
 
+TEST_CASE("gemma2 on its class defaults: alternating layers, soft-caps 50 and 30, Gemma's math",
+          "[checkpoint]") {
+  TempDir tmp;
+  const ModelConfig c = config_from_text(tmp, tiny_config_with(R"("model_type": "gemma2")"));
+  using T = LayerType;
+  CHECK(c.layer_types == std::vector<T>{T::kSliding, T::kFull, T::kSliding, T::kFull});
+  CHECK(c.sliding_window == 4096);
+  CHECK(c.attn_logit_softcapping == 50.0);
+  CHECK(c.final_logit_softcapping == 30.0);
+  CHECK(c.query_pre_attn_scalar == 256.0);
+  CHECK(c.head_dim == 256);  // Gemma2Config's default, not hidden_size / heads
+  CHECK(c.tie_word_embeddings);
+  CHECK(c.norm_style == NormStyle::kGemma);
+  CHECK(c.sandwich_norms);
+  CHECK(c.scale_embeddings);
+  CHECK(c.hidden_act == Activation::kGeluTanh);
+  CHECK_FALSE(c.qk_norm);
+  CHECK_FALSE(c.sliding_rope.has_value());
+  CHECK_FALSE(c.fused_layer_applies());
+  CHECK(c.eos_token_ids == std::vector<int64_t>{1});
+}
+
+TEST_CASE("gemma3_text without layer_types has a full layer every sliding_window_pattern layers",
+          "[checkpoint]") {
+  TempDir tmp;
+  using T = LayerType;
+  const ModelConfig c = config_from_text(
+      tmp, tiny_config_with(R"("model_type": "gemma3_text", "sliding_window_pattern": 2,
+                               "sliding_window": 16, "final_logit_softcapping": null,
+                               "attn_logit_softcapping": 50.0)"));
+  CHECK(c.layer_types == std::vector<T>{T::kSliding, T::kFull, T::kSliding, T::kFull});
+  CHECK(c.sliding_window == 16);
+  CHECK(c.final_logit_softcapping == 0);
+  // transformers 5.24's Gemma 3 attention never passes its soft-cap on.
+  CHECK(c.attn_logit_softcapping == 0);
+  CHECK(c.qk_norm);
+}
+
+TEST_CASE(
+    "gemma3_text's older rope fields: rope_theta and rope_scaling for full layers, "
+    "rope_local_base_freq for sliding ones",
+    "[checkpoint]") {
+  TempDir tmp;
+  // tiny_config_with sets "rope_theta": 10000.0.
+  const ModelConfig c = config_from_text(
+      tmp, tiny_config_with(R"("model_type": "gemma3_text", "rope_local_base_freq": 500.0,
+                               "rope_scaling": {"rope_type": "linear", "factor": 8.0})"));
+  CHECK(c.rope.type == "linear");
+  CHECK(c.rope.factor == 8.0);
+  CHECK(c.rope.theta == 10000.0);
+  REQUIRE(c.sliding_rope.has_value());
+  CHECK(c.sliding_rope->type == "default");
+  CHECK(c.sliding_rope->theta == 500.0);
+  CHECK(&c.layer_rope(0) == &*c.sliding_rope);  // layer 0 slides (pattern 6)
+  CHECK(&c.layer_rope(5) == &c.rope);
+}
+
+TEST_CASE("qwen3 on its class defaults: head_dim 128, q/k norms, no window", "[checkpoint]") {
+  TempDir tmp;
+  const ModelConfig c = config_from_text(tmp, tiny_config_with(R"("model_type": "qwen3")"));
+  CHECK(c.head_dim == 128);
+  CHECK(c.qk_norm);
+  CHECK_FALSE(c.attention_bias);
+  CHECK_FALSE(c.has_sliding());
+  CHECK(c.norm_style == NormStyle::kLlama);
+  CHECK_FALSE(c.fused_layer_applies());
+}
+
 TEST_CASE("eos_token_id may be an int, a list or null", "[checkpoint]") {
   TempDir tmp;
   CHECK(config_from_text(tmp, tiny_config_with(R"("model_type": "llama", "eos_token_id": 2)"))

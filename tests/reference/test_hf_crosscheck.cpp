@@ -1,7 +1,7 @@
-// The Hugging Face cross-check: tiny random-weight Llama, Mistral and Qwen2
-// checkpoints saved by transformers (tests/reference/hf/make_reference.py, ctest's
-// hf_make_reference fixture), with the tokens and raw logits transformers'
-// greedy generate() produced for each prompt on its own. The reference
+// The Hugging Face cross-check: tiny random-weight Llama, Mistral, Qwen2,
+// Qwen3, Gemma 2 and Gemma 3 checkpoints saved by transformers
+// (tests/reference/hf/make_reference.py, ctest's hf_make_reference fixture), with the tokens and
+// raw logits transformers' greedy generate() produced for each prompt on its own. The reference
 // decoder runs all prompts together as one ragged batch through each cache
 // and must produce the same tokens and, within float32 rounding, the same
 // logits. STATICKV_HF_DIR names the directory make_reference.py wrote.
@@ -43,23 +43,35 @@ void require_hugging_face_results(const Checkpoint& ckpt, const HfExpected& expe
                                   const std::vector<CacheKind>& caches) {
   const LlamaModel model(ckpt.config, ckpt.weights);
   // Static and hybrid caches run both decoder paths (Note [fused decode
-  // path]): the fused one must meet Hugging Face's results as the plain one does.
-  std::vector<std::pair<CacheKind, DecodePath>> runs;
+  // path]) where the fused layer computes the model's math: the fused one
+  // must meet Hugging Face's results as the plain one does. Each cache also
+  // prefills in chunks of 3 tokens: the 7- and 11-token prompts pass the
+  // window of 5 chunk by chunk, through the rings.
+  struct Run {
+    CacheKind cache;
+    DecodePath path;
+    int64_t prefill_chunk;  // 0: the whole prompt in one pass
+  };
+  std::vector<Run> runs;
   for (CacheKind cache : caches) {
-    runs.emplace_back(cache, DecodePath::kPlain);
-    if (cache != CacheKind::kDynamic) runs.emplace_back(cache, DecodePath::kFused);
+    runs.push_back({cache, DecodePath::kPlain, 0});
+    runs.push_back({cache, DecodePath::kPlain, 3});
+    if (cache != CacheKind::kDynamic && ckpt.config.fused_layer_applies()) {
+      runs.push_back({cache, DecodePath::kFused, 0});
+    }
   }
-  for (const auto& [cache, path] : runs) {
+  for (const auto& [cache, path, chunk] : runs) {
     GenerateOptions options;
     options.max_new_tokens = kMaxNewTokens;
     options.cache = cache;
     options.path = path;
+    options.prefill_chunk = chunk;
     options.stop_at_eos = false;
     options.record_logits = true;
     const GenerateResult result = statickv::reference::generate(model, expected.prompts, options);
 
     INFO("cache " << statickv::reference::to_string(cache) << ", path "
-                  << statickv::reference::to_string(path));
+                  << statickv::reference::to_string(path) << ", prefill_chunk " << chunk);
     REQUIRE(result.tokens.size() == static_cast<size_t>(kNumPrompts));
     REQUIRE(result.logits.size() == static_cast<size_t>(kNumPrompts));
     for (int64_t i = 0; i < kNumPrompts; ++i) {
@@ -93,6 +105,7 @@ struct Reading {
   int64_t window = 0;
   bool qkv_bias = false;
   bool o_bias = false;
+  bool qk_norm = false;
 };
 
 /// Loads model `name`, requires its config read as `reading` says, then
@@ -108,6 +121,7 @@ void require_hugging_face_results(const std::string& name, const Reading& readin
   CHECK(config.sliding_window == reading.window);
   CHECK(config.attention_bias == reading.qkv_bias);
   CHECK(config.o_proj_bias == reading.o_bias);
+  CHECK(config.qk_norm == reading.qk_norm);
   std::vector<CacheKind> caches = {CacheKind::kHybrid, CacheKind::kDynamic};
   if (!config.has_sliding()) caches.insert(caches.begin(), CacheKind::kStatic);
   require_hugging_face_results(m.ckpt, statickv::test::read_hf_expected(m.dir), caches);
@@ -196,6 +210,44 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "Qwen3's q/k norms and o_proj bias, full then sliding layers, generate Hugging Face's tokens "
+    "and logits",
+    "[hf]") {
+  require_hugging_face_results("qwen3", {{kFull, kFull, kSliding, kSliding},
+                                         5,
+                                         /*qkv_bias=*/true,
+                                         /*o_bias=*/true,
+                                         /*qk_norm=*/true});
+}
+
+TEST_CASE(
+    "Gemma 2's soft-capped attention and logits, query_pre_attn_scalar and alternating layers "
+    "generate Hugging Face's tokens and logits",
+    "[hf]") {
+  // layer_types was dropped from config.json: Gemma2Config alternates
+  // sliding, full. Soft-capped layers run on softcapped_attention.
+  const HfModel m = load_hf_model("gemma2");
+  CHECK(m.ckpt.config.attn_logit_softcapping == 2.0);
+  CHECK(m.ckpt.config.final_logit_softcapping == 6.0);
+  CHECK(m.ckpt.config.query_pre_attn_scalar == 24.0);
+  require_hugging_face_results("gemma2", {{kSliding, kFull, kSliding, kFull}, 5});
+}
+
+TEST_CASE(
+    "Gemma 3's rope per layer type, (1 + weight) norms and q/k norms, five sliding layers to a "
+    "full one, generate Hugging Face's tokens and logits",
+    "[hf]") {
+  const HfModel m = load_hf_model("gemma3");
+  const ModelConfig& config = m.ckpt.config;
+  CHECK(config.rope.type == "linear");
+  CHECK(config.rope.factor == 4.0);
+  REQUIRE(config.sliding_rope.has_value());
+  CHECK(config.sliding_rope->theta == 1000.0);
+  const std::vector<LayerType> pattern = {kSliding, kSliding, kSliding, kSliding, kSliding, kFull};
+  require_hugging_face_results("gemma3", {pattern, 5, false, false, /*qk_norm=*/true});
+}
+
+TEST_CASE(
     "int8 and fp8 caches stay within their pinned logits error of Hugging Face on every "
     "checkpoint",
     "[hf][quantized]") {
@@ -204,8 +256,8 @@ TEST_CASE(
   // (docs/quantized.md).
   for (const auto& [storage, bound] : {std::make_pair(statickv::KvStorage::kInt8, kInt8Bound),
                                        std::make_pair(statickv::KvStorage::kFp8E4m3, kFp8Bound)}) {
-    for (const char* name :
-         {"llama", "llama-bias", "mistral", "qwen2", "qwen2-nowindow", "qwen2-defaults"}) {
+    for (const char* name : {"llama", "llama-bias", "mistral", "qwen2", "qwen2-nowindow",
+                             "qwen2-defaults", "qwen3", "gemma2", "gemma3"}) {
       int64_t agree = 0;
       const double error = quantized_logit_error(name, storage, &agree);
       std::printf(

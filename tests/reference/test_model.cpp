@@ -111,7 +111,7 @@ TEST_CASE("incremental decode through every cache equals one full forward withou
 }
 
 TEST_CASE("last-token logits equal each row's newest token in the full logits", "[model][logits]") {
-  for (const std::string shape : {"tiny", "tiny-qwen2"}) {
+  for (const std::string shape : {"tiny", "tiny-qwen2", "tiny-gemma3"}) {
     const LlamaModel model = make_model(shape);
     const std::vector<int64_t> lens = {21, 13, 17, 2};
     const int64_t b = static_cast<int64_t>(lens.size());
@@ -143,7 +143,8 @@ TEST_CASE("last-token logits equal each row's newest token in the full logits", 
 
 TEST_CASE("greedy generation gives identical tokens through static, hybrid and dynamic caches",
           "[model][generate]") {
-  for (const std::string shape : {"tiny", "tiny-mistral", "tiny-qwen2"}) {
+  for (const std::string shape :
+       {"tiny", "tiny-mistral", "tiny-qwen2", "tiny-gemma2", "tiny-gemma3"}) {
     const LlamaModel model = make_model(shape);
     const std::vector<std::vector<int64_t>> prompts = {
         {5, 9, 14, 2, 77, 31, 8, 64, 3, 19, 42, 7}, {11, 4}, {90, 13, 27, 6, 55}};
@@ -293,7 +294,7 @@ TEST_CASE("a session serves later calls with their own token limits and batch si
 
 TEST_CASE("bucketed generation (the GraphRunner path) equals plain eager generation",
           "[model][runner]") {
-  for (const std::string shape : {"tiny", "tiny-qwen2"}) {
+  for (const std::string shape : {"tiny", "tiny-qwen2", "tiny-gemma2"}) {
     INFO(shape);
     // 3 live rows padded to a bucket of 4 in a 6-row cache.
     const GenerateResult bucketed = require_bucketed_equals_plain(
@@ -454,4 +455,19 @@ TEST_CASE("host offload is refused with the fused path and quantized storage, na
   options.kv_storage = KvStorage::kInt8;
   CHECK_THROWS_WITH(generate(model, {{1, 2, 3}}, options),
                     Catch::Contains("host_offload") && Catch::Contains("kv_storage=int8"));
+}
+
+TEST_CASE("the fused path is refused for a model whose layer it does not compute, naming both",
+          "[model][fused][errors]") {
+  for (const std::string shape : {"tiny-gemma2", "tiny-gemma3"}) {
+    const LlamaModel model = make_model(shape);
+    GenerateOptions options;
+    options.cache = CacheKind::kHybrid;
+    options.path = DecodePath::kFused;
+    INFO(shape);
+    CHECK_THROWS_WITH(generate(model, {{1, 2, 3}}, options),
+                      Catch::Contains("path: expected plain for model_type") &&
+                          Catch::Contains(model.config().model_type) &&
+                          Catch::Contains("but got fused"));
+  }
 }

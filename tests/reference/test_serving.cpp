@@ -361,6 +361,9 @@ TEST_CASE("serving a random arrival trace gives each request what generating it 
   SECTION("hybrid cache, sliding window shorter than the prompts") {
     require_trace_equals_alone("tiny-qwen2", CacheKind::kHybrid, 7);
   }
+  SECTION("Gemma 3's five sliding layers to a full one, prompts past the window") {
+    require_trace_equals_alone("tiny-gemma3", CacheKind::kHybrid, 5);
+  }
   SECTION("static cache, eager steps at exact shapes (no GraphRunner)") {
     require_trace_equals_alone("tiny", CacheKind::kStatic, 5, /*bucketed=*/false);
   }

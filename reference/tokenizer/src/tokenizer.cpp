@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <unordered_set>
 
 namespace statickv::tokenizer {
 namespace {
@@ -84,6 +85,38 @@ std::string string_field(const fs::path& path, const json& object, const char* n
   return it->get<std::string>();
 }
 
+/// The ids a post-processor adds around one sequence: TemplateProcessing's
+/// "single" template (Gemma's <bos>), each of a Sequence's processors in
+/// turn; ByteLevel adds none. Others are refused by name.
+void read_template(const fs::path& path, const json& processor, std::vector<int64_t>& before,
+                   std::vector<int64_t>& after) {
+  if (processor.is_null()) return;
+  const std::string type = string_field(path, processor, "type");
+  if (type == "ByteLevel") return;
+  if (type == "Sequence") {
+    for (const json& p : processor.at("processors")) read_template(path, p, before, after);
+    return;
+  }
+  if (type != "TemplateProcessing") {
+    fail(path.string() +
+         ": post_processor: expected TemplateProcessing, ByteLevel or a Sequence "
+         "of them but got " +
+         type);
+  }
+  const json& specials = processor.at("special_tokens");
+  bool seen_sequence = false;
+  for (const json& piece : processor.at("single")) {
+    if (piece.contains("Sequence")) {
+      seen_sequence = true;
+      continue;
+    }
+    const std::string name = piece.at("SpecialToken").at("id").get<std::string>();
+    for (const json& id : specials.at(name).at("ids")) {
+      (seen_sequence ? after : before).push_back(id.get<int64_t>());
+    }
+  }
+}
+
 }  // namespace
 
 struct Tokenizer::Impl {
@@ -93,6 +126,21 @@ struct Tokenizer::Impl {
   std::vector<int64_t> eos_ids;
   bool has_chat = false;
   std::string chat_prefix, chat_suffix;
+  std::vector<int64_t> prompt_before, prompt_after;  // the post-processor's specials
+  // Added tokens marked "special": false (Gemma's "\n", "\t", runs of
+  // them): text that skip_special_tokens keeps. pytorch-tokenizers' skip
+  // drops every added token, so these are decoded without it.
+  std::unordered_set<int64_t> kept_added;
+
+  std::string raw_decode(const std::vector<uint64_t>& tokens, bool skip) const {
+    if (tokens.empty()) return {};
+    auto result = hf.decode(tokens, skip);
+    if (!result.ok()) {
+      fail(dir + ": pytorch-tokenizers could not decode " + std::to_string(tokens.size()) +
+           " ids (" + error_name(result.error()) + ")");
+    }
+    return std::move(result.get());
+  }
 
   void check_id(int64_t id) const {
     if (id < 0 || id >= vocab_size) {
@@ -124,6 +172,18 @@ Tokenizer Tokenizer::load(const std::string& dir) {
   }
   impl->vocab_size = impl->hf.vocab_size();
   if (impl->vocab_size <= 0) fail(tokenizer_json.string() + ": empty vocabulary");
+  try {
+    const json parsed = read_json(tokenizer_json);
+    const auto processor = parsed.find("post_processor");
+    if (processor != parsed.end()) {
+      read_template(tokenizer_json, *processor, impl->prompt_before, impl->prompt_after);
+    }
+    for (const json& added : parsed.value("added_tokens", json::array())) {
+      if (!added.value("special", true)) impl->kept_added.insert(added.at("id").get<int64_t>());
+    }
+  } catch (const json::exception& e) {
+    fail(tokenizer_json.string() + ": post_processor: " + e.what());
+  }
 
   add_eos_ids(root / "generation_config.json", impl->eos_ids);
   add_eos_ids(root / "config.json", impl->eos_ids);
@@ -155,26 +215,37 @@ std::vector<int64_t> Tokenizer::encode(std::string_view text) const {
   return std::vector<int64_t>(ids.begin(), ids.end());
 }
 
+std::vector<int64_t> Tokenizer::encode_prompt(std::string_view text) const {
+  std::vector<int64_t> ids = impl_->prompt_before;
+  const std::vector<int64_t> body = encode(text);
+  ids.insert(ids.end(), body.begin(), body.end());
+  ids.insert(ids.end(), impl_->prompt_after.begin(), impl_->prompt_after.end());
+  return ids;
+}
+
 std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
-  std::vector<uint64_t> tokens;
-  tokens.reserve(ids.size());
+  std::vector<uint64_t> run;  // ids decoded together
+  std::string out;
   for (const int64_t id : ids) {
     impl_->check_id(id);
-    tokens.push_back(static_cast<uint64_t>(id));
+    if (skip_special_tokens && impl_->kept_added.count(id)) {
+      out += impl_->raw_decode(run, true);
+      run.clear();
+      out += impl_->raw_decode({static_cast<uint64_t>(id)}, false);
+    } else {
+      run.push_back(static_cast<uint64_t>(id));
+    }
   }
-  auto result = impl_->hf.decode(tokens, skip_special_tokens);
-  if (!result.ok()) {
-    fail(impl_->dir + ": pytorch-tokenizers could not decode " + std::to_string(ids.size()) +
-         " ids (" + error_name(result.error()) + ")");
-  }
-  return to_valid_utf8(result.get());
+  out += impl_->raw_decode(run, skip_special_tokens);
+  return to_valid_utf8(out);
 }
 
 std::string Tokenizer::token_bytes(int64_t id, bool skip_special_tokens) const {
   impl_->check_id(id);
+  const bool skip = skip_special_tokens && !impl_->kept_added.count(id);
   // The previous token only matters to SentencePiece-style decoders (a
   // leading space after BOS); byte-level BPE decodes each token alone.
-  auto result = impl_->hf.decode(/*prev_token=*/0, static_cast<uint64_t>(id), skip_special_tokens);
+  auto result = impl_->hf.decode(/*prev_token=*/0, static_cast<uint64_t>(id), skip);
   if (!result.ok()) {
     fail(impl_->dir + ": pytorch-tokenizers could not decode id " + std::to_string(id) + " (" +
          error_name(result.error()) + ")");

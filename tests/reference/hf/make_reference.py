@@ -7,7 +7,8 @@ usage: make_reference.py OUT_DIR
 For each tiny random-weight model of MODELS (llama; llama with attention
 biases; mistral with a sliding window on every layer; qwen2 with full then
 sliding layers; qwen2 whose sliding_window is off; qwen2 on its class
-defaults), seeded and fp32:
+defaults; qwen3; gemma2 with soft-capping; gemma3 with a rope per layer
+type), seeded and fp32:
 
   OUT_DIR/<name>/config.json, model.safetensors   (save_pretrained)
   OUT_DIR/<name>/expected.safetensors  prompt_i int64 [len], generated_i int64 [8],
@@ -45,8 +46,14 @@ from transformers import (  # noqa: E402
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
 )
 
 VOCAB = 96
@@ -146,6 +153,55 @@ MODELS = {
         6,
         {"layer_types": DROP, "max_window_layers": DROP},
     ),
+    # Qwen3: q/k norms, o_proj bias with attention_bias, full then sliding.
+    "qwen3": (
+        Qwen3ForCausalLM,
+        Qwen3Config(
+            num_hidden_layers=4,
+            use_sliding_window=True,
+            sliding_window=SLIDING_WINDOW,
+            max_window_layers=2,
+            attention_bias=True,
+            **COMMON,
+        ),
+        7,
+        {},
+    ),
+    # Gemma 2: alternating sliding and full (the class default, layer_types
+    # dropped), a query_pre_attn_scalar other than head_dim, and soft-caps
+    # small enough to bend these random logits.
+    "gemma2": (
+        Gemma2ForCausalLM,
+        Gemma2Config(
+            num_hidden_layers=4,
+            sliding_window=SLIDING_WINDOW,
+            query_pre_attn_scalar=24,
+            attn_logit_softcapping=2.0,
+            final_logit_softcapping=6.0,
+            **COMMON,
+        ),
+        8,
+        {"layer_types": DROP},
+    ),
+    # Gemma 3: five sliding layers and a full one (the class default with
+    # layer_types dropped), a rope per layer type (linear scaling on the full
+    # layers), q/k norms in Gemma's (1 + weight) form. Untied: with random
+    # weights a tied head repeats the input token (the real Gemma 3 270M
+    # tests the tied head).
+    "gemma3": (
+        Gemma3ForCausalLM,
+        Gemma3TextConfig(
+            num_hidden_layers=6,
+            sliding_window=SLIDING_WINDOW,
+            rope_parameters={
+                "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 100000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1000.0},
+            },
+            **COMMON,
+        ),
+        9,
+        {"layer_types": DROP},
+    ),
 }
 # Models whose expected tokens come from full no-cache forward passes.
 NO_CACHE_GREEDY = {"llama-bias"}
@@ -157,6 +213,9 @@ EXPECTED_SLIDING = {
     "qwen2": [False, False, True, True],
     "qwen2-nowindow": [False] * 4,
     "qwen2-defaults": [False] * 4,
+    "qwen3": [False, False, True, True],
+    "gemma2": [True, False, True, False],
+    "gemma3": [True] * 5 + [False],
 }
 
 
@@ -168,7 +227,9 @@ def build(model_class, config, seed):
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
-                param.copy_(1.0 + 0.2 * torch.randn_like(param))
+                # Gemma's norms scale by (1 + weight), the others by weight.
+                base = 0.0 if model.config.model_type.startswith("gemma") else 1.0
+                param.copy_(base + 0.2 * torch.randn_like(param))
             elif name.endswith(".bias"):
                 param.copy_(0.2 * torch.randn_like(param))
     return model
@@ -228,7 +289,10 @@ def check_window_matters(name, model, model_class, prompt):
     """A sliding model must give other logits than the same weights without
     the window, or the cross-check would not test the window at all."""
     config = model.config.to_dict()
-    config.update(sliding_window=None, use_sliding_window=False, layer_types=None)
+    if model.config.model_type.startswith("gemma"):  # Gemma's masks need a window: all full
+        config.update(layer_types=["full_attention"] * model.config.num_hidden_layers)
+    else:
+        config.update(sliding_window=None, use_sliding_window=False, layer_types=None)
     unwindowed = model_class(type(model.config).from_dict(config)).eval()
     unwindowed.load_state_dict(model.state_dict())
     with torch.no_grad():

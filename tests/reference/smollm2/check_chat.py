@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""SmolLM2 text in, text out: statickv-demo against transformers (ctest smollm2_chat).
+"""Text in, text out on a real checkpoint: statickv-demo against transformers
+(ctests smollm2_chat and gemma3_text).
 
 usage: check_chat.py --demo EXE --checkpoint DIR --prompts FILE [--new-tokens 32]
+                     [--plain] [--caches static,hybrid]
 
 For every prompt of FILE (one a line) transformers answers alone, unpadded:
-LlamaForCausalLM.generate(greedy, max_new_tokens) on
-tokenizer.apply_chat_template(add_generation_prompt=True), fp32 on the CPU.
-statickv-demo --chat then answers the same prompts, for each of its static
-and hybrid caches, once with all of them in one ragged batch and once each
+AutoModelForCausalLM.generate(greedy, max_new_tokens) on
+tokenizer.apply_chat_template(add_generation_prompt=True) or, with --plain,
+on tokenizer(prompt) (a base model: Gemma 3 270M), fp32 on the CPU.
+statickv-demo (--chat unless --plain) then answers the same prompts, for
+each of --caches, once with all of them in one ragged batch and once each
 alone. Required, for every run and prompt:
 
   - the generated ids (--print-ids) equal transformers' ids, eos included;
@@ -29,18 +32,21 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
-from transformers import AutoTokenizer, LlamaForCausalLM  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 
-def transformers_answers(checkpoint, prompts, new_tokens):
+def transformers_answers(checkpoint, prompts, new_tokens, plain):
     """Each prompt alone through transformers' greedy generate: new ids."""
     tok = AutoTokenizer.from_pretrained(checkpoint)
-    model = LlamaForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
     answers = []
     for prompt in prompts:
-        ids = tok.apply_chat_template([{"role": "user", "content": prompt}],
-                                      add_generation_prompt=True, return_tensors="pt",
-                                      return_dict=True)["input_ids"]
+        if plain:
+            ids = tok(prompt, return_tensors="pt")["input_ids"]
+        else:
+            ids = tok.apply_chat_template([{"role": "user", "content": prompt}],
+                                          add_generation_prompt=True, return_tensors="pt",
+                                          return_dict=True)["input_ids"]
         with torch.inference_mode():
             out = model.generate(ids, max_new_tokens=new_tokens, do_sample=False)
         answers.append(out[0, ids.shape[1]:].tolist())
@@ -50,8 +56,8 @@ def transformers_answers(checkpoint, prompts, new_tokens):
 def run_demo(args, cache, prompts):
     """statickv-demo's streamed texts and generated ids for `prompts`."""
     cmd = [args.demo, "--checkpoint", args.checkpoint, "--device", "cpu", "--dtype", "fp32",
-           "--cache", cache, "--chat", "--max-new-tokens", str(args.new_tokens),
-           "--no-compare", "--print-ids"]
+           "--cache", cache, "--max-new-tokens", str(args.new_tokens),
+           "--no-compare", "--print-ids"] + ([] if args.plain else ["--chat"])
     for prompt in prompts:
         cmd += ["--prompt", prompt]
     run = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8")
@@ -91,26 +97,31 @@ def main():
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--prompts", required=True)
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--plain", action="store_true",
+                        help="prompts as text (tokenizer(prompt)), not chat turns")
+    parser.add_argument("--caches", default="static,hybrid")
     args = parser.parse_args()
     with open(args.prompts, encoding="utf-8") as f:
         prompts = [line.rstrip("\n") for line in f if line.strip()]
     if len(prompts) < 4:
         sys.exit(f"check_chat: expected at least 4 prompts in {args.prompts}, got {len(prompts)}")
-    tok, expected = transformers_answers(args.checkpoint, prompts, args.new_tokens)
+    tok, expected = transformers_answers(args.checkpoint, prompts, args.new_tokens, args.plain)
     answers = [tok.decode(ids, skip_special_tokens=True) for ids in expected]
     for prompt, answer in zip(prompts, answers):
-        print(f"transformers: {prompt!r} -> {answer!r}")
+        shown = prompt if len(prompt) < 120 else f"{prompt[:60]}...{prompt[-40:]}"
+        print(f"transformers: {shown!r} ({len(tok(prompt).input_ids)} tokens) -> {answer!r}")
     failures = 0
     if not any(ord(c) > 127 for a in answers for c in a):
         print("FAIL: no answer holds non-ASCII text; choose a prompt whose answer does")
         failures += 1
-    for cache in ("static", "hybrid"):
+    caches = args.caches.split(",")
+    for cache in caches:
         texts, ids = run_demo(args, cache, prompts)
         failures += compare(f"{cache} batch of {len(prompts)}", prompts, texts, ids, expected, tok)
         for i, prompt in enumerate(prompts):
             texts, ids = run_demo(args, cache, [prompt])
             failures += compare(f"{cache} alone", [prompt], texts, ids, [expected[i]], tok)
-    runs = 2 * (1 + len(prompts))
+    runs = len(caches) * (1 + len(prompts))
     print(f"{runs} statickv-demo runs over {len(prompts)} prompts: "
           f"{'all equal transformers' if failures == 0 else f'{failures} failures'}")
     return 0 if failures == 0 else 1

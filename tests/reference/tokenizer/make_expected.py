@@ -1,20 +1,25 @@
 #!/usr/bin/env python3
-"""Writes what transformers' tokenizer does on SmolLM2's converted checkpoint,
-for tests/reference/tokenizer/test_tokenizer.cpp to compare statickv::tokenizer with.
+"""Writes what transformers' tokenizer does on a converted checkpoint (SmolLM2's
+or Gemma 3's), for tests/reference/tokenizer/test_tokenizer.cpp to compare
+statickv::tokenizer with.
 
 usage: make_expected.py CHECKPOINT_DIR OUT_JSON [TEXT_FILE ...]
 
-CHECKPOINT_DIR is what tools/smollm2/convert.py wrote. OUT_JSON gets:
+CHECKPOINT_DIR is what tools/smollm2/convert.py or tools/gemma3/convert.py
+wrote. OUT_JSON gets:
   vocab_size, eos_ids (generation_config.json's, then config.json's)
-  texts: [{text, ids, decoded, decoded_skip}]   the prompts below plus the
-      TEXT_FILEs (the repository's Markdown, long mixed text); ids are
-      encode(text, add_special_tokens=False), decoded/decoded_skip are
+  texts: [{text, ids, prompt_ids, decoded, decoded_skip}]   the prompts below
+      plus the TEXT_FILEs (the repository's Markdown, long mixed text); ids are
+      encode(text, add_special_tokens=False), prompt_ids tokenizer(text)
+      .input_ids (the post-processor's specials added), decoded/decoded_skip are
       decode(ids, skip_special_tokens=False/True)
   random: [{ids, decoded, decoded_skip}]   seeded random id sequences, special
       ids and single-byte tokens included, so that decoding meets characters
       cut across tokens and ill-formed UTF-8
   chat: [{message, ids, text}]   apply_chat_template for one user message with
-      add_generation_prompt=True (ids: tokenize=True; text: tokenize=False)
+      add_generation_prompt=True (ids: tokenize=True; text: tokenize=False);
+      empty for a tokenizer without a chat template (Gemma 3 270M, the base
+      model)
 Offline, a few seconds.
 """
 
@@ -49,6 +54,8 @@ PROMPTS = [
     "",
     "<|im_end|>",
     "<|im_start",
+    "<start_of_turn>user\nHi<end_of_turn>\n<bos>x<eos> <pad>",
+    "tabs\t\tand    four spaces, \u2581 the SentencePiece space mark",
 ]
 
 CHAT_MESSAGES = [
@@ -80,8 +87,11 @@ def main():
     vocab = len(tok)
     special = sorted(tok.all_special_ids)
     rng = random.Random(13)
-    # Single-byte tokens: the 256 byte-level symbols, ids below 300 here.
-    single_bytes = [i for i in range(vocab) if len(tok.convert_ids_to_tokens(i)) == 1]
+    # Single-byte tokens: byte-level symbols (SmolLM2) or byte-fallback
+    # tokens <0x00>..<0xFF> (Gemma).
+    single_bytes = [i for i in range(vocab)
+                    if len(t := tok.convert_ids_to_tokens(i)) == 1
+                    or (len(t) == 6 and t.startswith("<0x") and t.endswith(">"))]
     randoms = []
     for n in range(200):
         length = rng.randint(1, 24)
@@ -98,7 +108,7 @@ def main():
         randoms.append(entry(ids))
 
     chats = []
-    for message in CHAT_MESSAGES:
+    for message in CHAT_MESSAGES if tok.chat_template else []:
         conversation = [{"role": "user", "content": message}]
         text = tok.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
         ids = tok.apply_chat_template(conversation, tokenize=True, add_generation_prompt=True,
@@ -108,7 +118,8 @@ def main():
     result = dict(
         vocab_size=vocab,
         eos_ids=eos,
-        texts=[entry(tok.encode(t, add_special_tokens=False), text=t) for t in texts],
+        texts=[entry(tok.encode(t, add_special_tokens=False), text=t,
+                     prompt_ids=tok(t).input_ids) for t in texts],
         random=randoms,
         chat=chats,
     )

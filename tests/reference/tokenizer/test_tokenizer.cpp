@@ -2,13 +2,17 @@
 //
 // [utf8]: the UTF-8 repair and streaming rules on hand-made and random bytes
 // (no files needed).
-// [smollm2]: SmolLM2-135M-Instruct's tokenizer, converted by
-// tools/smollm2/convert.py (ctest's smollm2_convert fixture), against what
+// [smollm2]: SmolLM2-135M-Instruct's tokenizer (byte-level BPE), converted
+// by tools/smollm2/convert.py (ctest's smollm2_convert fixture), against what
 // transformers' tokenizer does on the same files (make_expected.py, the
 // tokenizer_expected fixture): encode ids, decode with and without special
 // tokens, streaming decode, the chat prompt and the eos ids.
 // STATICKV_SMOLLM2_DIR names the checkpoint, STATICKV_TOKENIZER_EXPECTED the
 // JSON file make_expected.py wrote.
+// [gemma3]: the same for Gemma 3 270M's tokenizer (SentencePiece-style BPE
+// with byte fallback, the split and replace normalizers and byte-fallback
+// decoders), converted by tools/gemma3/convert.py: STATICKV_GEMMA3_DIR and
+// STATICKV_GEMMA3_TOKENIZER_EXPECTED.
 
 #include <statickv/tokenizer/tokenizer.hpp>
 
@@ -60,25 +64,40 @@ std::string env_or_fail(const char* name, const char* how) {
   return value;
 }
 
-const char* const kHow =
-    "run tools/smollm2/convert.py DIR and tests/reference/tokenizer/make_expected.py DIR OUT.json, "
-    "then set STATICKV_SMOLLM2_DIR=DIR and STATICKV_TOKENIZER_EXPECTED=OUT.json (ctest's "
-    "tokenizer_smollm2 test does all of it)";
+/// A converted checkpoint's tokenizer and what transformers' does with it.
+struct Checked {
+  Tokenizer tok;
+  json expected;
+};
 
-/// The converted checkpoint, loaded once for all [smollm2] cases.
-const Tokenizer& smollm2() {
-  static const Tokenizer tokenizer = Tokenizer::load(env_or_fail("STATICKV_SMOLLM2_DIR", kHow));
-  return tokenizer;
+Checked load_checked(const char* dir_var, const char* expected_var, const char* how) {
+  Tokenizer tok = Tokenizer::load(env_or_fail(dir_var, how));
+  const std::string path = env_or_fail(expected_var, how);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) FAIL(path << ": cannot open");
+  return {std::move(tok), json::parse(in)};
 }
 
-const json& expected() {
-  static const json data = [] {
-    const std::string path = env_or_fail("STATICKV_TOKENIZER_EXPECTED", kHow);
-    std::ifstream in(path, std::ios::binary);
-    if (!in) FAIL(path << ": cannot open");
-    return json::parse(in);
-  }();
-  return data;
+/// SmolLM2's, loaded once for all [smollm2] cases.
+const Checked& smollm2_checked() {
+  static const Checked checked = load_checked(
+      "STATICKV_SMOLLM2_DIR", "STATICKV_TOKENIZER_EXPECTED",
+      "run tools/smollm2/convert.py DIR and tests/reference/tokenizer/make_expected.py DIR "
+      "OUT.json, then set STATICKV_SMOLLM2_DIR=DIR and STATICKV_TOKENIZER_EXPECTED=OUT.json "
+      "(ctest's tokenizer_smollm2 test does all of it)");
+  return checked;
+}
+const Tokenizer& smollm2() { return smollm2_checked().tok; }
+const json& expected() { return smollm2_checked().expected; }
+
+/// Gemma 3 270M's, loaded once for all [gemma3] cases.
+const Checked& gemma3_checked() {
+  static const Checked checked = load_checked(
+      "STATICKV_GEMMA3_DIR", "STATICKV_GEMMA3_TOKENIZER_EXPECTED",
+      "run tools/gemma3/convert.py DIR and tests/reference/tokenizer/make_expected.py DIR "
+      "OUT.json, then set STATICKV_GEMMA3_DIR=DIR and STATICKV_GEMMA3_TOKENIZER_EXPECTED=OUT.json "
+      "(ctest's tokenizer_gemma3 test does all of it)");
+  return checked;
 }
 
 std::vector<int64_t> ids_of(const json& entry) {
@@ -203,20 +222,21 @@ TEST_CASE("Tokenizer::load names what is missing", "[tokenizer]") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("SmolLM2: encode gives transformers' ids", "[smollm2]") {
-  const Tokenizer& tok = smollm2();
-  CHECK(tok.vocab_size() == expected().at("vocab_size").get<int64_t>());
-  for (const auto& entry : expected().at("texts")) {
+namespace {
+
+void require_encode(const Tokenizer& tok, const json& expected) {
+  CHECK(tok.vocab_size() == expected.at("vocab_size").get<int64_t>());
+  for (const auto& entry : expected.at("texts")) {
     const std::string text = entry.at("text");
     INFO("text " << shown(text.substr(0, 200)) << " (" << text.size() << " bytes)");
     CHECK(tok.encode(text) == ids_of(entry));
+    CHECK(tok.encode_prompt(text) == entry.at("prompt_ids").get<std::vector<int64_t>>());
   }
 }
 
-TEST_CASE("SmolLM2: decode gives transformers' text", "[smollm2]") {
-  const Tokenizer& tok = smollm2();
+void require_decode(const Tokenizer& tok, const json& expected) {
   for (const char* list : {"texts", "random"}) {
-    for (const auto& entry : expected().at(list)) {
+    for (const auto& entry : expected.at(list)) {
       const auto ids = ids_of(entry);
       INFO(list << " ids " << json(ids).dump());
       CHECK(tok.decode(ids, /*skip_special_tokens=*/true) == entry.at("decoded_skip"));
@@ -228,11 +248,12 @@ TEST_CASE("SmolLM2: decode gives transformers' text", "[smollm2]") {
   CHECK_THROWS_AS(tok.token_bytes(tok.vocab_size()), std::out_of_range);
 }
 
-TEST_CASE("SmolLM2: streaming decode gives whole characters and decode's text", "[smollm2]") {
-  const Tokenizer& tok = smollm2();
+/// min_held_back: pushes that must have held bytes back (characters cut
+/// across tokens), else the inputs prove little.
+void require_stream(const Tokenizer& tok, const json& expected, int64_t min_held_back) {
   int64_t held_back = 0;  // pushes that returned less than their token's bytes
   for (const char* list : {"texts", "random"}) {
-    for (const auto& entry : expected().at(list)) {
+    for (const auto& entry : expected.at(list)) {
       const auto ids = ids_of(entry);
       INFO(list << " ids " << json(ids).dump());
       for (const bool skip : {true, false}) {
@@ -251,8 +272,43 @@ TEST_CASE("SmolLM2: streaming decode gives whole characters and decode's text", 
       }
     }
   }
-  // The inputs do split characters across tokens (else this proves little).
-  CHECK(held_back > 100);
+  CHECK(held_back > min_held_back);
+}
+
+}  // namespace
+
+TEST_CASE("SmolLM2: encode gives transformers' ids", "[smollm2]") {
+  require_encode(smollm2(), expected());
+}
+
+TEST_CASE("SmolLM2: decode gives transformers' text", "[smollm2]") {
+  require_decode(smollm2(), expected());
+}
+
+TEST_CASE("SmolLM2: streaming decode gives whole characters and decode's text", "[smollm2]") {
+  require_stream(smollm2(), expected(), 100);
+}
+
+TEST_CASE("Gemma 3: encode gives transformers' ids", "[gemma3]") {
+  require_encode(gemma3_checked().tok, gemma3_checked().expected);
+}
+
+TEST_CASE("Gemma 3: decode gives transformers' text", "[gemma3]") {
+  require_decode(gemma3_checked().tok, gemma3_checked().expected);
+}
+
+TEST_CASE("Gemma 3: streaming decode gives whole characters and decode's text", "[gemma3]") {
+  // Gemma holds most characters whole; its byte-fallback tokens split some.
+  require_stream(gemma3_checked().tok, gemma3_checked().expected, 10);
+}
+
+TEST_CASE("Gemma 3: eos ids are transformers'; <bos> and <eos> are special", "[gemma3]") {
+  const Tokenizer& tok = gemma3_checked().tok;
+  CHECK(tok.eos_ids() == gemma3_checked().expected.at("eos_ids").get<std::vector<int64_t>>());
+  CHECK(tok.is_eos(1));
+  CHECK_FALSE(tok.has_chat_prompt());
+  CHECK(tok.encode("<bos>") == std::vector<int64_t>{2});
+  CHECK(tok.token_bytes(2, /*skip_special_tokens=*/true).empty());
 }
 
 TEST_CASE("SmolLM2: chat prompt and eos ids are transformers'", "[smollm2]") {

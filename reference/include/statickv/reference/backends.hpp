@@ -46,6 +46,14 @@ class AttentionBackend {
   virtual at::Tensor attend_rotary(int64_t layer, const at::Tensor& query, const at::Tensor& key,
                                    const at::Tensor& value, const at::Tensor& cos,
                                    const at::Tensor& sin);
+  /// Attention-logit soft-cap of the coming passes (Gemma 2's
+  /// attn_logit_softcapping; 0 = none); LlamaModel::forward sets it from its
+  /// config. Soft-capped layers run on softcapped_attention whatever kernel
+  /// was chosen: sdpa and the cache's varlen path cannot cap.
+  void set_logit_softcap(double cap) { softcap_ = cap; }
+
+ protected:
+  double softcap_ = 0;
 };
 
 /// Which attention kernel a backend uses.

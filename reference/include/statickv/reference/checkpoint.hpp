@@ -34,8 +34,8 @@ std::vector<int64_t> load_generation_eos(const std::string& generation_config_pa
                                          const std::vector<int64_t>& fallback);
 
 /// The parameter-name table (reference/checkpoint/parameters.cpp): the one
-/// place Hugging Face's Llama parameter names are spelled; the loader and
-/// the model both read names from here.
+/// place Hugging Face's decoder-layer parameter names are spelled; the
+/// loader and the model both read names from here.
 enum class LayerParam {
   kInputNorm,
   kQProj,
@@ -46,10 +46,14 @@ enum class LayerParam {
   kVBias,
   kOProj,
   kOBias,
-  kPostNorm,
+  kPostNorm,  ///< post_attention_layernorm: before the MLP (Llama), on the attention output (Gemma)
   kGateProj,
   kUpProj,
   kDownProj,
+  kQNorm,        ///< self_attn.q_norm [head_dim] (Qwen3, Gemma 3)
+  kKNorm,        ///< self_attn.k_norm [head_dim]
+  kPreFfnNorm,   ///< pre_feedforward_layernorm (Gemma)
+  kPostFfnNorm,  ///< post_feedforward_layernorm (Gemma)
 };
 inline constexpr const char* kEmbedTokens = "model.embed_tokens.weight";
 inline constexpr const char* kFinalNorm = "model.norm.weight";

@@ -1,10 +1,13 @@
 #pragma once
-// LlamaModel: a small, clean Llama-family decoder (Llama, Mistral, Qwen2)
-// in LibTorch, driving the caches end to end.
+// LlamaModel: a small, clean decoder of the Llama family and its relatives
+// (Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3) in LibTorch, driving the
+// caches end to end.
 //
 // Token embedding, RMSNorm, rotary embeddings in Hugging Face's rotate_half
-// convention, grouped-query attention, SwiGLU MLP, final norm, LM head (tied
-// or not). Attention goes through an AttentionBackend (backends.hpp), so one
+// convention, grouped-query attention, a gated MLP, final norm, LM head (tied
+// or not); what a family changes (q/k norms, Gemma's norms, scaled
+// embeddings, attention scale, soft-capping, a rope per layer type) is read
+// from ModelConfig. Attention goes through an AttentionBackend (backends.hpp), so one
 // forward serves StaticCache/HybridCache, the DynamicCache baseline and the
 // no-cache full forward alike.
 
@@ -66,6 +69,10 @@ class LlamaModel {
   CacheConfig cache_config(int64_t max_batch, int64_t max_len) const;
   /// This rank's plan (rank 0 of 1 in a single process).
   const TpPlan& tp_plan() const { return plan_; }
+  /// Throws c10::Error naming `path` when this model cannot run on it: the
+  /// fused layer is Llama's (ModelConfig::fused_layer_applies) and does not
+  /// all-reduce (tensor parallelism).
+  void check_path(DecodePath path) const;
 
  private:
   struct Layer {
@@ -73,17 +80,28 @@ class LlamaModel {
     at::Tensor q_proj, k_proj, v_proj, o_proj;  // [out, in]
     at::Tensor q_bias, k_bias, v_bias, o_bias;  // [out] or undefined
     at::Tensor gate_proj, up_proj, down_proj;
+    at::Tensor q_norm, k_norm;               // [head_dim] or undefined
+    at::Tensor pre_ffn_norm, post_ffn_norm;  // [hidden] or undefined
     // Note [fused decode path]: the weights above are row views of these.
     at::Tensor qkv, qkv_bias;  // [(heads + 2 kv_heads) * head_dim, in]; bias or undefined
     at::Tensor gate_up;        // [2 * intermediate, in]
   };
+  /// cos/sin of every layer type for one pass: [0] full (or every) layer,
+  /// [1] sliding layers where their rope differs.
+  struct Rotary {
+    at::Tensor cos, sin, sliding_cos, sliding_sin;
+  };
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
   at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
-  at::Tensor plain_layer(int64_t l, const at::Tensor& x, const at::Tensor& cos,
-                         const at::Tensor& sin, AttentionBackend& backend) const;
+  at::Tensor plain_layer(int64_t l, const at::Tensor& x, const Rotary& rotary,
+                         AttentionBackend& backend) const;
   void fused_layer(int64_t l, at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                    AttentionBackend& backend) const;
-  std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& positions) const;
+  std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& positions,
+                                         const at::Tensor& inv_freq) const;
+  Rotary rotary(const at::Tensor& positions) const;
+  at::Tensor embed(const at::Tensor& ids) const;
+  at::Tensor scale_query(const at::Tensor& query) const;
   at::Tensor attention(const Layer& layer, int64_t l, const at::Tensor& h, const at::Tensor& cos,
                        const at::Tensor& sin, AttentionBackend& backend) const;
   at::Tensor mlp(const Layer& layer, const at::Tensor& g) const;
@@ -96,7 +114,8 @@ class LlamaModel {
   Weights weights_;  // owns the tensors referenced below
   at::Tensor embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;
-  at::Tensor inv_freq_;  // [head_dim / 2], float32
+  at::Tensor inv_freq_;          // [head_dim / 2], float32
+  at::Tensor sliding_inv_freq_;  // the sliding layers' where ModelConfig::sliding_rope is set
   at::ScalarType dtype_;
   at::Device device_;
   TpShard tp_;

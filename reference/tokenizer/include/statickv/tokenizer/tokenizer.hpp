@@ -1,7 +1,7 @@
 #pragma once
 // statickv::tokenizer: text in and text out for a Hugging Face checkpoint
-// directory, such as the SmolLM2-135M-Instruct one that
-// tools/smollm2/convert.py writes.
+// directory, such as the SmolLM2-135M-Instruct and Gemma 3 270M ones that
+// tools/smollm2/convert.py and tools/gemma3/convert.py write.
 //
 //   auto tok = statickv::tokenizer::Tokenizer::load("build/smollm2");
 //   std::vector<int64_t> prompt = tok.apply_chat("What is the capital of France?");
@@ -67,6 +67,11 @@ class Tokenizer {
   /// add_special_tokens=False): nothing is added before or after; a special
   /// token written in the text ("<|im_end|>") becomes its id.
   std::vector<int64_t> encode(std::string_view text) const;
+  /// The ids of a prompt, as transformers' tokenizer(text).input_ids (its
+  /// default add_special_tokens=True): encode(text) with the specials the
+  /// tokenizer.json post-processor adds around one sequence (Gemma's <bos>
+  /// first; none for SmolLM2).
+  std::vector<int64_t> encode_prompt(std::string_view text) const;
 
   /// The text of `ids`, as transformers' tokenizer.decode(ids,
   /// skip_special_tokens): always valid UTF-8, ill-formed bytes (a character

