@@ -191,6 +191,12 @@ at::Tensor prefill(const Call& call, const std::vector<std::vector<int64_t>>& pr
   for (int64_t begin = start; begin < longest; begin += chunk) {
     const int64_t q = std::min(chunk, longest - begin);
     const PrefillChunk in = pack_prefill_chunk(prompts, lens, begin, q);
+    // A chunk no prompt ends in only fills the cache: no LM head (eager
+    // passes; a bucketed runner computes its fixed output anyway).
+    if (in.ending.empty()) {
+      call.forward(Pass::kPrefill, in.in, Logits::kNone);
+      continue;
+    }
     const at::Tensor out = call.forward(Pass::kPrefill, in.in, Logits::kLast);
     if (!last.defined()) {
       last = out.clone();

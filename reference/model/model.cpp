@@ -248,6 +248,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& position
       x = plain_layer(l, x, rot, backend);
     }
   }
+  if (logits == Logits::kNone) return at::Tensor();
   const int64_t b = ids.size(0);
   if (logits == Logits::kLast) {
     // argmax picks the first of equal maxima: with distinct positions, the

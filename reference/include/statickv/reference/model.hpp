@@ -27,6 +27,8 @@ namespace statickv::reference {
 enum class Logits {
   kAll,   ///< every token: [b, q, vocab]
   kLast,  ///< each row's token at its highest position: [b, vocab]
+  kNone,  ///< none: the pass only fills the cache (a prefill chunk no prompt
+          ///< ends in); no final norm or LM head, an undefined tensor back
 };
 
 /// A model that is one rank of a tensor-parallel group (docs/tensor_parallel.md).
