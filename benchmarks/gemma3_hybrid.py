@@ -99,12 +99,12 @@ def hf_static_bytes(model, length):
 
 
 def hf_run(model, ids, new_tokens, cache):
-    """(new ids, prefill s, decode s) through transformers' generate."""
+    """(new ids, prefill s, decode s, cache bytes) through transformers' generate."""
     past = StaticCache(config=model.config, max_cache_len=len(ids) + new_tokens) \
         if cache == "static" else None
     config = GenerationConfig(do_sample=False, max_new_tokens=new_tokens,
                               min_new_tokens=new_tokens, disable_compile=True,
-                              eos_token_id=None, pad_token_id=0)
+                              eos_token_id=None, pad_token_id=0, return_dict_in_generate=True)
     streamer = TokenTimes()
     prompt = torch.tensor([ids])
     start = time.perf_counter()
@@ -112,7 +112,8 @@ def hf_run(model, ids, new_tokens, cache):
         out = model.generate(prompt, attention_mask=torch.ones_like(prompt),
                              generation_config=config, cache=past, streamer=streamer)
     t = streamer.times
-    return out[0, len(ids):].tolist(), t[1] - start, t[-1] - t[1]
+    held = sum(layer.keys.nbytes + layer.values.nbytes for layer in out.past_key_values.layers)
+    return out.sequences[0, len(ids):].tolist(), t[1] - start, t[-1] - t[1], held
 
 
 def statickv_run(args, ids, new_tokens):
@@ -147,7 +148,7 @@ def decode_runs(args, model, length):
             if name == "statickv":
                 got, prefill, decode, _ = statickv_run(args, ids, n)
             else:
-                got, prefill, decode = hf_run(model, ids, n, name.split("-")[1])
+                got, prefill, decode, _ = hf_run(model, ids, n, name.split("-")[1])
             tokens[name] = got
             runs[name].append((prefill, decode * 1e3 / (n - 1)))
             print(f"  {length:6d} {name:10s} round {r}: prefill {prefill:7.2f} s, decode "

