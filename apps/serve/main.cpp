@@ -28,6 +28,8 @@ namespace {
 struct Options {
   std::string checkpoint, shape = "tiny", device = "auto", dtype, cache, tokenizer, kv_dtype;
   int64_t max_batch = 8, max_len = 0, prefill_chunk = 0, token_budget = 0, seed = 0;
+  int64_t prefix_cache_bytes = -1;
+  bool no_prefix_cache = false;
   int threads = 0;
   bool eager = false;
   bool offload = false;
@@ -60,6 +62,12 @@ Options parse(int argc, char** argv) {
   flags.add("--token-budget N", &o.token_budget,
             "most tokens per step, decode first (default 0: max-batch - 1 + prefill chunk)",
             /*min=*/0);
+  flags.add("--prefix-cache-bytes N", &o.prefix_cache_bytes,
+            "bytes of saved prefixes new requests start from (docs/serving.md, prefix cache; "
+            "default -1: the cache's own bytes, off with --kv-dtype int8/fp8 or a draft model)",
+            /*min=*/-1);
+  flags.add_switch("--no-prefix-cache", &o.no_prefix_cache,
+                   "prefill every prompt from its first token (--prefix-cache-bytes 0)");
   flags.add_switch("--eager", &o.eager,
                    "run steps at their exact shapes (default: the bucketed GraphRunner, CUDA "
                    "graphs on a GPU, every bucket captured at start)");
@@ -134,6 +142,17 @@ SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) 
   s.token_budget = o.token_budget > 0 ? o.token_budget : o.max_batch - 1 + chunk;
   s.bucketed = !o.eager;
   s.speculate = o.spec.speculate;
+  s.prefix_cache_bytes = o.no_prefix_cache ? 0 : o.prefix_cache_bytes;
+  if (s.prefix_cache_bytes > 0 && s.kv_storage != KvStorage::kCompute) {
+    throw FlagError(fmt::format("--prefix-cache-bytes: expected 0 or -1 with --kv-dtype {} (row "
+                                "snapshots support plain storage only) but got {}",
+                                o.kv_dtype, s.prefix_cache_bytes));
+  }
+  if (s.prefix_cache_bytes > 0 && o.spec.draft_model()) {
+    throw FlagError(fmt::format("--prefix-cache-bytes: expected 0 or -1 with a draft model "
+                                "(--draft-checkpoint or --draft-shape) but got {}",
+                                s.prefix_cache_bytes));
+  }
   const int64_t max_chunk = ShapeBuckets::powers_of_two(chunk).round_up(chunk);
   if (s.speculate + 1 > max_chunk) {
     throw FlagError(fmt::format(
@@ -190,6 +209,16 @@ void report(const Scheduler& engine, const Options& o) {
                static_cast<long long>(s.mixed_steps), s.occupancy(), s.padded_fraction(),
                static_cast<long long>(s.runner.captures), static_cast<long long>(s.runner.replays),
                static_cast<long long>(s.runner.eager_runs));
+  if (s.prefix_budget > 0) {
+    std::fprintf(stderr,
+                 "statickv-serve: prefix cache: %lld hits, %lld prompt tokens reused, %lld entries "
+                 "holding %lld of %lld bytes, %lld evictions\n",
+                 static_cast<long long>(s.prefix_hits),
+                 static_cast<long long>(s.prefix_tokens_reused),
+                 static_cast<long long>(s.prefix_entries), static_cast<long long>(s.prefix_bytes),
+                 static_cast<long long>(s.prefix_budget),
+                 static_cast<long long>(s.prefix_evictions));
+  }
   if (engine.options().speculate == 0) return;
   const SpeculationStats& spec = s.speculation;
   std::fprintf(stderr,

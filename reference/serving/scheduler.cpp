@@ -8,6 +8,7 @@
 // Under speculation the decode call verifies each row's drafts; a draft
 // model's cache follows every row operation (RowTable) and prefill call.
 
+#include "prefix_pool.hpp"
 #include "state.hpp"
 
 #include <statickv/cache.hpp>
@@ -27,12 +28,30 @@ struct Scheduler::State {
   SchedulerOptions options;
   std::unique_ptr<Engine> engine;   // the cache, backends and runners (draft model's too)
   std::unique_ptr<RowTable> table;  // rows()[r] lives in cache row r
+  std::unique_ptr<serving_detail::PrefixPool> prefix;  // null: the prefix cache is off
   std::deque<Active> waiting;
   std::vector<Completion> finished;
   EngineStats stats;
 };
 
 namespace {
+
+/// Note [prefix cache]: the combinations the pool cannot serve. An
+/// explicit budget is refused with them; the default turns itself off.
+void check_prefix_options(SchedulerOptions& o) {
+  TORCH_CHECK(o.prefix_cache_bytes >= -1, "prefix_cache_bytes: expected >= 0 (0 = off) or -1 ",
+              "(the default: the cache's bytes) but got ", o.prefix_cache_bytes);
+  TORCH_CHECK(o.prefix_block >= 1, "prefix_block: expected >= 1 but got ", o.prefix_block);
+  const bool quantized = o.kv_storage != KvStorage::kCompute;
+  if (o.prefix_cache_bytes == -1 && (quantized || o.draft_model)) o.prefix_cache_bytes = 0;
+  TORCH_CHECK(o.prefix_cache_bytes == 0 || !quantized,
+              "prefix_cache_bytes: expected 0 with kv_storage=", to_string(o.kv_storage),
+              " (row snapshots support plain storage only) but got ", o.prefix_cache_bytes);
+  TORCH_CHECK(o.prefix_cache_bytes == 0 || !o.draft_model,
+              "prefix_cache_bytes: expected 0 with a draft_model (its cache would need the same "
+              "prefix) but got ",
+              o.prefix_cache_bytes);
+}
 
 /// Resolves the Scheduler's own defaults and checks its own fields; what
 /// it shares with Generator (the cache kind against the model, the draft
@@ -53,6 +72,7 @@ SchedulerOptions resolved(SchedulerOptions o) {
   if (o.token_budget == 0) o.token_budget = o.max_batch - 1 + chunk;
   TORCH_CHECK(o.token_budget >= o.max_batch, "token_budget: expected >= max_batch=", o.max_batch,
               " (every decode row and one prompt token) or 0 but got ", o.token_budget);
+  check_prefix_options(o);
   return o;
 }
 
@@ -79,6 +99,16 @@ Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions options)
   s.options.attend_buckets = s.engine->options().attend_buckets;  // options() shows the default
   s.table = std::make_unique<RowTable>(s.engine->cache(), s.engine->draft_cache());
   s.stats.max_batch = o.max_batch;
+  if (o.prefix_cache_bytes != 0) {
+    const Cache& cache = s.engine->cache();
+    // A restored entry is rolled back to the shared length: any depth for
+    // full layers, max_chunk for rings (Note [ring rollback]).
+    const int64_t rollback =
+        s.model.config().has_sliding() ? cache.config().effective_max_chunk() : o.max_len;
+    const int64_t budget = o.prefix_cache_bytes > 0 ? o.prefix_cache_bytes : cache.memory_bytes();
+    s.options.prefix_cache_bytes = budget;
+    s.prefix = std::make_unique<serving_detail::PrefixPool>(budget, o.prefix_block, rollback);
+  }
 }
 
 Scheduler::~Scheduler() = default;
@@ -211,6 +241,42 @@ struct SchedulerSteps {
     return logits;
   }
 
+  /// Note [prefix cache]: the new request in row r starts from the longest
+  /// prefix it shares with a saved one (restored, then rolled back to the
+  /// shared length) and prefills only the rest.
+  static void reuse_prefix(Scheduler::State& s, size_t r) {
+    if (!s.prefix) return;
+    Active& row = s.table->rows()[r];
+    const serving_detail::PrefixMatch match = s.prefix->find(row.request.prompt);
+    if (match.state == nullptr) return;
+    Cache& cache = s.engine->cache();
+    const auto i = static_cast<int64_t>(r);
+    cache.restore_row(*match.state, i);
+    if (match.reused < match.state->length) {
+      const at::Tensor lengths = cache.seq_lengths().narrow(0, 0, i + 1).cpu();
+      std::vector<int64_t> kept(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + i + 1);
+      kept[r] = match.reused;
+      cache.rollback(kept);
+    }
+    row.prompt_done = match.reused;
+    ++s.stats.prefix_hits;
+    s.stats.prefix_tokens_reused += match.reused;
+  }
+
+  /// Saves row r's cached tokens (its prompt, and what it generated but
+  /// the newest token) to the pool, on the cache's device.
+  static void save_prefix(Scheduler::State& s, size_t r) {
+    if (!s.prefix) return;
+    const Active& row = s.table->rows()[r];
+    const Cache& cache = s.engine->cache();
+    RowState state = cache.save_row(static_cast<int64_t>(r));
+    std::vector<int64_t> tokens = row.request.prompt;
+    tokens.insert(tokens.end(), row.tokens.begin(), row.tokens.end());
+    if (state.length > static_cast<int64_t>(tokens.size())) return;
+    tokens.resize(static_cast<size_t>(state.length));
+    s.prefix->insert(std::move(tokens), state.to(cache.config().device));
+  }
+
   /// The draft cache keeps what the target keeps of what it drafted from
   /// (Note [ring rollback]): rejected drafts leave both caches.
   static void roll_back_draft(Scheduler::State& s, const std::vector<int64_t>& kept) {
@@ -282,6 +348,7 @@ void Scheduler::step() {
     s.waiting.pop_front();
     a.admitted = admitted;
     table.admit(std::move(a));
+    SchedulerSteps::reuse_prefix(s, table.prefilling() - 1);
   }
   if (table.live() == 0) return;
   const size_t prefilling = table.prefilling();
@@ -317,6 +384,7 @@ void Scheduler::step() {
       row.draft_len = row.prompt_done;  // the draft model was fed the same chunk
       kept[r] = row.prompt_done;
       if (fed[r] == 0 || !row.decoding()) continue;
+      SchedulerSteps::save_prefix(s, r);  // the whole prompt, before its first token
       accept(row, prefill[i], prefill_greedy[i].item<int64_t>(), now);
     } else if (s.options.speculate > 0) {
       kept[r] = accept_verdict(row, decode, i, now, s.stats.speculation);
@@ -333,6 +401,7 @@ void Scheduler::step() {
   for (size_t r = table.live(); r-- > 0;) {
     const std::optional<Finish> done = table.rows()[r].done;
     if (!done) continue;
+    if (table.rows()[r].decoding()) SchedulerSteps::save_prefix(s, r);  // a chat's next turn
     s.finished.push_back(table.retire(r, *done));
     count(s.stats, *done);
   }
@@ -360,6 +429,12 @@ void Scheduler::warm_up() {
 
 EngineStats Scheduler::stats() const {
   EngineStats out = state_->stats;
+  if (const serving_detail::PrefixPool* p = state_->prefix.get()) {
+    out.prefix_bytes = p->bytes();
+    out.prefix_budget = p->budget();
+    out.prefix_entries = p->entries();
+    out.prefix_evictions = p->evictions();
+  }
   out.row_copies = state_->table->row_copies();
   if (const GraphRunner* r = state_->engine->runner(Pass::kPrefill)) out.runner = r->stats();
   if (const GraphRunner* r = state_->engine->runner(Pass::kVerify)) out.verify_runner = r->stats();

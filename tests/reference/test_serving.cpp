@@ -440,3 +440,167 @@ TEST_CASE(
                                   {"draft_model", "vocab_size=", "(the target's)"});
   }
 }
+
+// ---------------------------------------------------------------------------
+// Note [prefix cache]: requests that share prefixes start from saved rows.
+
+namespace {
+
+/// Requests built from a few shared heads (inside one 4-token block, across
+/// blocks, longer than tiny-qwen2's window of 8) with their own tails, some
+/// repeating a whole earlier prompt; arrivals spread over the steps.
+std::vector<Request> shared_prefix_requests(uint64_t seed, int64_t count) {
+  std::mt19937_64 rng(seed);
+  auto ids = [&](int64_t n) {
+    std::vector<int64_t> out;
+    for (int64_t i = 0; i < n; ++i) out.push_back(8 + static_cast<int64_t>(rng() % 120));
+    return out;
+  };
+  const std::vector<std::vector<int64_t>> heads = {ids(3), ids(9), ids(21), ids(30)};
+  std::vector<Request> out;
+  for (int64_t i = 0; i < count; ++i) {
+    Request r;
+    r.id = "p" + std::to_string(i);
+    if (i > 0 && rng() % 6 == 0) {
+      r.prompt = out[rng() % out.size()].prompt;  // the whole prompt again
+    } else {
+      r.prompt = heads[rng() % heads.size()];
+      const std::vector<int64_t> tail = ids(1 + static_cast<int64_t>(rng() % 9));
+      r.prompt.insert(r.prompt.end(), tail.begin(), tail.end());
+    }
+    r.max_new_tokens = 1 + static_cast<int64_t>(rng() % 12);
+    r.stop = std::vector<int64_t>{};  // every request runs to its limit
+    if (rng() % 5 == 0) r.sampling = Sampling{0.8, 20, rng()};
+    r.arrival = ServeClock::time_point(ServeClock::duration(i / 2));
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+/// Serves `requests` by arrival step, checking after every step that the
+/// pool holds no more than its budget; returns the stats at the end.
+EngineStats serve_prefixed(Scheduler& engine, std::vector<Request> requests, TraceRun& run) {
+  size_t next = 0;
+  for (int64_t step = 0; next < requests.size() || !engine.idle(); ++step) {
+    while (next < requests.size() && requests[next].arrival->time_since_epoch().count() <= step) {
+      Request r = std::move(requests[next++]);
+      r.arrival.reset();
+      run.accepted.push_back(r);
+      r.on_token = [&run](const std::string& id, int64_t token) {
+        run.streamed[id].push_back(token);
+      };
+      engine.submit(std::move(r));
+    }
+    engine.step();
+    for (Completion& c : engine.take_finished()) run.completions[c.id] = std::move(c);
+    const EngineStats stats = engine.stats();
+    REQUIRE(stats.prefix_bytes <= stats.prefix_budget);
+  }
+  return engine.stats();
+}
+
+SchedulerOptions prefix_options(CacheKind cache, int64_t budget) {
+  SchedulerOptions o;
+  o.cache = cache;
+  o.max_batch = 4;
+  o.max_len = kMaxLen;
+  o.prefill_chunk = 8;
+  o.prefix_cache_bytes = budget;
+  o.prefix_block = 4;
+  return o;
+}
+
+void require_prefixed_equals_alone(const std::string& shape, CacheKind cache, int64_t budget,
+                                   bool expect_evictions, uint64_t seed) {
+  at::set_num_threads(1);
+  const LlamaModel model = tiny_model(shape);
+  Scheduler engine(model, prefix_options(cache, budget));
+  engine.warm_up();
+  const int64_t captures = engine.stats().runner.captures;
+  TraceRun run;
+  const EngineStats stats = serve_prefixed(engine, shared_prefix_requests(seed, 48), run);
+  INFO(shape << ": " << stats.prefix_hits << " hits, " << stats.prefix_tokens_reused
+             << " tokens reused, " << stats.prefix_entries << " entries, "
+             << stats.prefix_evictions << " evictions, " << stats.prefix_bytes << " of "
+             << stats.prefix_budget << " bytes");
+  CHECK(stats.prefix_hits >= 10);
+  CHECK(stats.prefix_tokens_reused >= 8 * stats.prefix_hits / 2);
+  CHECK((stats.prefix_evictions > 0) == expect_evictions);
+  CHECK(stats.runner.captures == captures);  // the copies run between steps
+  const double smallest = require_each_equals_alone(model, cache, run);
+  INFO("smallest top-2 margin of a greedy token generated alone: " << smallest);
+  CHECK(smallest > 1e-4);
+}
+
+}  // namespace
+
+TEST_CASE("requests sharing prefixes start from saved rows and equal generating each alone",
+          "[serving][prefix]") {
+  SECTION("static cache, a budget that holds every prefix") {
+    require_prefixed_equals_alone("tiny", CacheKind::kStatic, /*budget=*/64 << 20, false, 21);
+  }
+  SECTION("static cache, a small budget: entries evicted") {
+    // A tiny row holds 2 layers x 2 x 2 kv heads x 16 x 4 bytes = 512 bytes
+    // a token: a budget of three 40-token rows.
+    require_prefixed_equals_alone("tiny", CacheKind::kStatic, 3 * 40 * 512, true, 21);
+  }
+  SECTION("hybrid cache: heads longer than the window, rings from snapshots") {
+    require_prefixed_equals_alone("tiny-qwen2", CacheKind::kHybrid, 64 << 20, false, 23);
+  }
+  SECTION("hybrid cache, the default budget (the cache's own bytes)") {
+    require_prefixed_equals_alone("tiny-qwen2", CacheKind::kHybrid, -1, true, 25);
+  }
+}
+
+TEST_CASE("a chat's next turn starts from the row its last turn left", "[serving][prefix]") {
+  at::set_num_threads(1);
+  const LlamaModel model = tiny_model("tiny-qwen2");
+  Scheduler engine(model, prefix_options(CacheKind::kHybrid, -1));
+  TraceRun run;
+  std::vector<int64_t> conversation = {11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
+  for (int turn = 0; turn < 4; ++turn) {
+    Request r;
+    r.id = "turn" + std::to_string(turn);
+    r.prompt = conversation;
+    r.max_new_tokens = 5;
+    r.stop = std::vector<int64_t>{};
+    run.accepted.push_back(r);
+    r.on_token = [&run](const std::string& id, int64_t token) { run.streamed[id].push_back(token); };
+    const int64_t reused_before = engine.stats().prefix_tokens_reused;
+    engine.submit(std::move(r));
+    engine.run_until_idle();
+    for (Completion& c : engine.take_finished()) run.completions[c.id] = c;
+    const Completion& done = run.completions.at("turn" + std::to_string(turn));
+    // The next turn: this turn's prompt, its answer, and the user's words.
+    const int64_t cached = static_cast<int64_t>(conversation.size() + done.tokens.size()) - 1;
+    if (turn > 0) CHECK(engine.stats().prefix_tokens_reused - reused_before >= cached - 9);
+    conversation.insert(conversation.end(), done.tokens.begin(), done.tokens.end());
+    conversation.insert(conversation.end(), {21 + turn, 22 + turn});
+  }
+  CHECK(engine.stats().prefix_hits == 3);
+  require_each_equals_alone(model, CacheKind::kHybrid, run);
+}
+
+TEST_CASE("prefix cache sizes and combinations it cannot serve are refused by name",
+          "[serving][prefix][errors]") {
+  const LlamaModel model = tiny_model("tiny");
+  SchedulerOptions o = prefix_options(CacheKind::kStatic, -2);
+  CHECK_THROWS_WITH(Scheduler(model, o), Catch::Contains("prefix_cache_bytes: expected >= 0"));
+  o = prefix_options(CacheKind::kStatic, -1);
+  o.prefix_block = 0;
+  CHECK_THROWS_WITH(Scheduler(model, o), Catch::Contains("prefix_block: expected >= 1"));
+  o = prefix_options(CacheKind::kStatic, 1 << 20);
+  o.kv_storage = KvStorage::kInt8;
+  CHECK_THROWS_WITH(Scheduler(model, o), Catch::Contains("prefix_cache_bytes: expected 0 with "
+                                                         "kv_storage=int8"));
+  o.prefix_cache_bytes = -1;  // the default turns itself off
+  CHECK(Scheduler(model, o).options().prefix_cache_bytes == 0);
+  const LlamaModel draft = tiny_model("tiny", 9);
+  o = prefix_options(CacheKind::kStatic, 1 << 20);
+  o.draft_model = &draft;
+  o.speculate = 2;
+  CHECK_THROWS_WITH(Scheduler(model, o), Catch::Contains("prefix_cache_bytes: expected 0 with a "
+                                                         "draft_model"));
+  o.prefix_cache_bytes = 0;
+  CHECK_NOTHROW(Scheduler(model, o));
+}

@@ -19,7 +19,8 @@
 
 namespace statickv::reference {
 
-/// Reads a Hugging Face config.json (llama, mistral, qwen2 model types;
+/// Reads a Hugging Face config.json (llama, mistral, qwen2, qwen3, gemma2
+/// and gemma3_text model types, docs/checkpoints.md;
 /// rope_parameters or the older rope_theta/rope_scaling fields). Fields are
 /// read as transformers' config class of that model type reads them: an
 /// absent field takes that class's default, and layer types follow Note
@@ -104,12 +105,15 @@ Weights read_safetensors(const std::string& path);
 /// Writes tensors to one .safetensors file (used by tests and tools).
 void write_safetensors(const std::string& path, const Weights& tensors);
 
-/// Named shapes: "tiny" (tests), "tiny-mistral", "tiny-qwen2",
-/// "llama-3.2-1b", "llama-3.1-8b" (the real layer counts, heads and dims).
+/// Named shapes (named_config_names()): "tiny" (tests), "tiny-mistral",
+/// "tiny-qwen2", "tiny-gemma2", "tiny-gemma3", and the real layer counts,
+/// heads and dims of "smollm2-135m", "gemma3-270m", "llama-3.2-1b",
+/// "llama-3.1-8b".
 ModelConfig named_config(const std::string& name);
 std::vector<std::string> named_config_names();
 
-/// Seeded random weights for `config`: normal(0, 0.02) matrices, unit norms.
+/// Seeded random weights for `config`: normal(0, 0.02) matrices, identity
+/// norms (weights 1, or 0 for Gemma's (1 + weight) norms).
 Weights random_weights(const ModelConfig& config, uint64_t seed, at::ScalarType dtype,
                        at::Device device);
 

@@ -98,6 +98,15 @@ struct SchedulerOptions : EngineSettings {
   /// Most real tokens in one step, decode tokens first (0 = max_batch - 1 +
   /// prefill_chunk: every decode row plus one full chunk). >= max_batch.
   int64_t token_budget = 0;
+  /// Note [prefix cache], docs/serving.md: bytes of saved prefixes (row
+  /// snapshots on the cache's device, LRU) a new request may start from.
+  /// -1 (default): as many as the cache's own bytes, or off where it cannot
+  /// run (kv_storage int8/fp8, a draft model); 0: off; > 0: that budget,
+  /// refused with quantized storage or a draft model, naming both.
+  int64_t prefix_cache_bytes = -1;
+  /// Tokens per block of the prefix lookup's hashes; a match reuses at
+  /// least one block.
+  int64_t prefix_block = 16;
 };
 
 struct EngineStats {
@@ -109,6 +118,10 @@ struct EngineStats {
   int64_t padded_tokens = 0;  ///< computed at the padded shape but not real
   int64_t submitted = 0, rejected = 0, completed = 0, cancelled = 0;
   int64_t row_copies = 0;        ///< cache rows copied by moves (copy_row) and regroups (reorder)
+  /// Note [prefix cache]: requests that started from a saved or live
+  /// prefix, the prompt tokens they did not prefill, and the pool.
+  int64_t prefix_hits = 0, prefix_tokens_reused = 0;
+  int64_t prefix_bytes = 0, prefix_budget = 0, prefix_entries = 0, prefix_evictions = 0;
   RunnerStats runner;            ///< captures, replays, eager runs, per key (bucketed only)
   RunnerStats verify_runner;     ///< speculation: the verification calls' runner
   SpeculationStats speculation;  ///< speculation: drafts and acceptances
