@@ -15,6 +15,7 @@
 // identical tokens from both.
 
 #include "bench_model.hpp"
+#include "serving_trace.hpp"
 
 #include <statickv/reference/scheduler.hpp>
 #include <statickv/reference/trace.hpp>
@@ -74,49 +75,6 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-/// One request's outcome, in seconds from its arrival.
-struct Served {
-  std::vector<int64_t> tokens;
-  double ttft = 0, per_token = 0, finish = 0;  // finish: from the trace's start
-};
-
-struct Summary {
-  double throughput = 0, makespan = 0;
-  double ttft_p50 = 0, ttft_p99 = 0, tpot_p50 = 0, tpot_p99 = 0;
-};
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
-  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
-
-Summary summarize(const std::vector<Served>& served, int64_t tokens) {
-  Summary s;
-  std::vector<double> ttft, tpot;
-  for (const Served& r : served) {
-    s.makespan = std::max(s.makespan, r.finish);
-    ttft.push_back(r.ttft);
-    if (r.tokens.size() >= 2) tpot.push_back(r.per_token);
-  }
-  s.throughput = s.makespan > 0 ? static_cast<double>(tokens) / s.makespan : 0.0;
-  s.ttft_p50 = percentile(ttft, 0.5);
-  s.ttft_p99 = percentile(ttft, 0.99);
-  s.tpot_p50 = percentile(tpot, 0.5);
-  s.tpot_p99 = percentile(tpot, 0.99);
-  return s;
-}
-
-ServeClock::time_point at(ServeClock::time_point start, double seconds) {
-  return start +
-         std::chrono::duration_cast<ServeClock::duration>(std::chrono::duration<double>(seconds));
-}
-
-double since(ServeClock::time_point start, ServeClock::time_point t) {
-  return std::chrono::duration<double>(t - start).count();
-}
-
 /// Continuous batching: submit each request when due, step while busy.
 std::vector<Served> run_continuous(reference::Scheduler& engine,
                                    const std::vector<reference::TraceRequest>& trace) {
@@ -124,17 +82,17 @@ std::vector<Served> run_continuous(reference::Scheduler& engine,
   size_t next = 0, done = 0;
   const auto start = ServeClock::now();
   while (done < trace.size()) {
-    for (; next < trace.size() && at(start, trace[next].arrival) <= ServeClock::now(); ++next) {
+    for (; next < trace.size() && due_at(start, trace[next].arrival) <= ServeClock::now(); ++next) {
       reference::Request r;
       r.id = std::to_string(next);
       r.prompt = trace[next].prompt;
       r.max_new_tokens = trace[next].max_new_tokens;
       r.stop = std::vector<int64_t>{};
-      r.arrival = at(start, trace[next].arrival);
+      r.arrival = due_at(start, trace[next].arrival);
       engine.submit(std::move(r));
     }
     if (engine.idle()) {
-      std::this_thread::sleep_until(at(start, trace[next].arrival));
+      std::this_thread::sleep_until(due_at(start, trace[next].arrival));
       continue;
     }
     engine.step();
@@ -159,12 +117,12 @@ std::vector<Served> run_static(reference::Generator& generator,
   size_t next = 0;
   const auto start = ServeClock::now();
   while (next < trace.size()) {
-    std::this_thread::sleep_until(at(start, trace[next].arrival));
+    std::this_thread::sleep_until(due_at(start, trace[next].arrival));
     std::vector<size_t> batch;
     std::vector<std::vector<int64_t>> prompts;
     int64_t longest = 1;
     for (; next < trace.size() && static_cast<int64_t>(batch.size()) < max_batch &&
-           at(start, trace[next].arrival) <= ServeClock::now();
+           due_at(start, trace[next].arrival) <= ServeClock::now();
          ++next) {
       batch.push_back(next);
       prompts.push_back(trace[next].prompt);
@@ -186,15 +144,6 @@ std::vector<Served> run_static(reference::Generator& generator,
   return served;
 }
 
-Json to_json(const Summary& s) {
-  return Json::object({{"tokens_per_s", s.throughput},
-                       {"makespan_s", s.makespan},
-                       {"ttft_p50_s", s.ttft_p50},
-                       {"ttft_p99_s", s.ttft_p99},
-                       {"per_token_p50_s", s.tpot_p50},
-                       {"per_token_p99_s", s.tpot_p99}});
-}
-
 void write_trace(const std::string& path, const std::vector<reference::TraceRequest>& trace) {
   if (path.empty()) return;
   Json requests = Json::array();
@@ -203,12 +152,6 @@ void write_trace(const std::string& path, const std::vector<reference::TraceRequ
         {{"arrival_s", r.arrival}, {"prompt", r.prompt}, {"max_new_tokens", r.max_new_tokens}}));
   }
   write_json(path, Json::object({{"requests", requests}}));
-}
-
-void print_row(const char* name, const Summary& s) {
-  fmt::print("{:<12} {:>10.1f} {:>10.2f} {:>10.1f} {:>10.1f} {:>12.2f} {:>12.2f}\n", name,
-             s.throughput, s.makespan, s.ttft_p50 * 1e3, s.ttft_p99 * 1e3, s.tpot_p50 * 1e3,
-             s.tpot_p99 * 1e3);
 }
 
 }  // namespace

@@ -144,14 +144,16 @@ SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) 
   s.speculate = o.spec.speculate;
   s.prefix_cache_bytes = o.no_prefix_cache ? 0 : o.prefix_cache_bytes;
   if (s.prefix_cache_bytes > 0 && s.kv_storage != KvStorage::kCompute) {
-    throw FlagError(fmt::format("--prefix-cache-bytes: expected 0 or -1 with --kv-dtype {} (row "
-                                "snapshots support plain storage only) but got {}",
-                                o.kv_dtype, s.prefix_cache_bytes));
+    throw FlagError(
+        fmt::format("--prefix-cache-bytes: expected 0 or -1 with --kv-dtype {} (row "
+                    "snapshots support plain storage only) but got {}",
+                    o.kv_dtype, s.prefix_cache_bytes));
   }
   if (s.prefix_cache_bytes > 0 && o.spec.draft_model()) {
-    throw FlagError(fmt::format("--prefix-cache-bytes: expected 0 or -1 with a draft model "
-                                "(--draft-checkpoint or --draft-shape) but got {}",
-                                s.prefix_cache_bytes));
+    throw FlagError(
+        fmt::format("--prefix-cache-bytes: expected 0 or -1 with a draft model "
+                    "(--draft-checkpoint or --draft-shape) but got {}",
+                    s.prefix_cache_bytes));
   }
   const int64_t max_chunk = ShapeBuckets::powers_of_two(chunk).round_up(chunk);
   if (s.speculate + 1 > max_chunk) {
@@ -210,14 +212,13 @@ void report(const Scheduler& engine, const Options& o) {
                static_cast<long long>(s.runner.captures), static_cast<long long>(s.runner.replays),
                static_cast<long long>(s.runner.eager_runs));
   if (s.prefix_budget > 0) {
-    std::fprintf(stderr,
-                 "statickv-serve: prefix cache: %lld hits, %lld prompt tokens reused, %lld entries "
-                 "holding %lld of %lld bytes, %lld evictions\n",
-                 static_cast<long long>(s.prefix_hits),
-                 static_cast<long long>(s.prefix_tokens_reused),
-                 static_cast<long long>(s.prefix_entries), static_cast<long long>(s.prefix_bytes),
-                 static_cast<long long>(s.prefix_budget),
-                 static_cast<long long>(s.prefix_evictions));
+    std::fprintf(
+        stderr,
+        "statickv-serve: prefix cache: %lld hits, %lld prompt tokens reused, %lld entries "
+        "holding %lld of %lld bytes, %lld evictions\n",
+        static_cast<long long>(s.prefix_hits), static_cast<long long>(s.prefix_tokens_reused),
+        static_cast<long long>(s.prefix_entries), static_cast<long long>(s.prefix_bytes),
+        static_cast<long long>(s.prefix_budget), static_cast<long long>(s.prefix_evictions));
   }
   if (engine.options().speculate == 0) return;
   const SpeculationStats& spec = s.speculation;

@@ -46,7 +46,8 @@ int64_t PrefixPool::usable(const Entry& entry, const std::vector<int64_t>& promp
   const int64_t limit = std::min<int64_t>(static_cast<int64_t>(prompt.size()) - 1,
                                           static_cast<int64_t>(entry.tokens.size()));
   int64_t same = 0;
-  while (same < limit && prompt[static_cast<size_t>(same)] == entry.tokens[static_cast<size_t>(same)])
+  while (same < limit &&
+         prompt[static_cast<size_t>(same)] == entry.tokens[static_cast<size_t>(same)])
     ++same;
   if (same < block_) return 0;
   // Rolling the restored row back past what its rings take back exactly is no match.
@@ -86,6 +87,19 @@ void PrefixPool::insert(std::vector<int64_t> tokens, RowState state) {
   }
   const int64_t bytes = state_bytes(state);
   if (bytes > budget_) return;
+  // Entries the new one covers (their tokens a prefix of its tokens, within
+  // what a restore rolls back) give nothing it does not: dropped.
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    const bool covered = static_cast<int64_t>(it->tokens.size()) <= n &&
+                         std::equal(it->tokens.begin(), it->tokens.end(), tokens.begin()) &&
+                         n - static_cast<int64_t>(it->tokens.size()) <= max_rollback_;
+    if (!covered) {
+      ++it;
+      continue;
+    }
+    bytes_ -= it->bytes;
+    it = entries_.erase(it);
+  }
   while (bytes_ + bytes > budget_) {
     bytes_ -= entries_.back().bytes;
     entries_.pop_back();

@@ -41,8 +41,10 @@ class PrefixPool {
   PrefixMatch find(const std::vector<int64_t>& prompt);
   /// Saves `tokens` (what `state` holds, tokens.size() == state.length)
   /// unless an entry already covers them or they are shorter than a block;
-  /// evicts least recently used entries until the budget holds it. An
-  /// entry larger than the whole budget is not kept.
+  /// drops the entries it covers, then evicts least recently used entries
+  /// until the budget holds it. An entry larger than the whole budget is
+  /// not kept. (Entry A covers B when B's tokens are a prefix of A's and A
+  /// is at most max_rollback longer.)
   void insert(std::vector<int64_t> tokens, RowState state);
 
   int64_t bytes() const { return bytes_; }

@@ -520,9 +520,8 @@ void require_prefixed_equals_alone(const std::string& shape, CacheKind cache, in
   TraceRun run;
   const EngineStats stats = serve_prefixed(engine, shared_prefix_requests(seed, 48), run);
   INFO(shape << ": " << stats.prefix_hits << " hits, " << stats.prefix_tokens_reused
-             << " tokens reused, " << stats.prefix_entries << " entries, "
-             << stats.prefix_evictions << " evictions, " << stats.prefix_bytes << " of "
-             << stats.prefix_budget << " bytes");
+             << " tokens reused, " << stats.prefix_entries << " entries, " << stats.prefix_evictions
+             << " evictions, " << stats.prefix_bytes << " of " << stats.prefix_budget << " bytes");
   CHECK(stats.prefix_hits >= 10);
   CHECK(stats.prefix_tokens_reused >= 8 * stats.prefix_hits / 2);
   CHECK((stats.prefix_evictions > 0) == expect_evictions);
@@ -565,7 +564,9 @@ TEST_CASE("a chat's next turn starts from the row its last turn left", "[serving
     r.max_new_tokens = 5;
     r.stop = std::vector<int64_t>{};
     run.accepted.push_back(r);
-    r.on_token = [&run](const std::string& id, int64_t token) { run.streamed[id].push_back(token); };
+    r.on_token = [&run](const std::string& id, int64_t token) {
+      run.streamed[id].push_back(token);
+    };
     const int64_t reused_before = engine.stats().prefix_tokens_reused;
     engine.submit(std::move(r));
     engine.run_until_idle();

@@ -11,7 +11,7 @@ tokenizer.apply_chat_template(add_generation_prompt=True) or, with --plain,
 on tokenizer(prompt) (a base model: Gemma 3 270M), fp32 on the CPU.
 statickv-demo (--chat unless --plain) then answers the same prompts, for
 each of --caches, once with all of them in one ragged batch and once each
-alone. Required, for every run and prompt:
+alone (--alone N: only the N longest alone). Required, for every run and prompt:
 
   - the generated ids (--print-ids) equal transformers' ids, eos included;
   - the answer text the demo streamed equals
@@ -100,6 +100,8 @@ def main():
     parser.add_argument("--plain", action="store_true",
                         help="prompts as text (tokenizer(prompt)), not chat turns")
     parser.add_argument("--caches", default="static,hybrid")
+    parser.add_argument("--alone", type=int, default=0,
+                        help="run alone only the N longest prompts (default 0: every prompt)")
     args = parser.parse_args()
     with open(args.prompts, encoding="utf-8") as f:
         prompts = [line.rstrip("\n") for line in f if line.strip()]
@@ -115,13 +117,16 @@ def main():
         print("FAIL: no answer holds non-ASCII text; choose a prompt whose answer does")
         failures += 1
     caches = args.caches.split(",")
+    by_length = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    alone = sorted(by_length[:args.alone] if args.alone else by_length)
     for cache in caches:
         texts, ids = run_demo(args, cache, prompts)
         failures += compare(f"{cache} batch of {len(prompts)}", prompts, texts, ids, expected, tok)
-        for i, prompt in enumerate(prompts):
+        for i in alone:
+            prompt = prompts[i]
             texts, ids = run_demo(args, cache, [prompt])
             failures += compare(f"{cache} alone", [prompt], texts, ids, [expected[i]], tok)
-    runs = len(caches) * (1 + len(prompts))
+    runs = len(caches) * (1 + len(alone))
     print(f"{runs} statickv-demo runs over {len(prompts)} prompts: "
           f"{'all equal transformers' if failures == 0 else f'{failures} failures'}")
     return 0 if failures == 0 else 1
