@@ -44,23 +44,10 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, GenerationConfig, StaticCache  # noqa: E402
-from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
 import statickv  # noqa: E402
+from hf_compare import TokenTimes  # noqa: E402  (the streamer that times each token)
 import statickv.hf  # noqa: E402
-
-
-class TokenTimes(BaseStreamer):
-    """Host time of every streamer.put: the prompt, then each new token."""
-
-    def __init__(self):
-        self.times = []
-
-    def put(self, value):
-        self.times.append(time.perf_counter())
-
-    def end(self):
-        pass
 
 
 def cache_bytes(model, max_chunk, contexts):

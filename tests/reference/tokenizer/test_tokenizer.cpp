@@ -5,9 +5,9 @@
 // [smollm2]: SmolLM2-135M-Instruct's tokenizer (byte-level BPE), converted
 // by tools/smollm2/convert.py (ctest's smollm2_convert fixture), against what
 // transformers' tokenizer does on the same files (make_expected.py, the
-// tokenizer_expected fixture): encode ids, decode with and without special
+// smollm2_tokenizer_expected fixture): encode ids, decode with and without special
 // tokens, streaming decode, the chat prompt and the eos ids.
-// STATICKV_SMOLLM2_DIR names the checkpoint, STATICKV_TOKENIZER_EXPECTED the
+// STATICKV_SMOLLM2_DIR names the checkpoint, STATICKV_SMOLLM2_TOKENIZER_EXPECTED the
 // JSON file make_expected.py wrote.
 // [gemma3]: the same for Gemma 3 270M's tokenizer (SentencePiece-style BPE
 // with byte fallback, the split and replace normalizers and byte-fallback
@@ -81,9 +81,10 @@ Checked load_checked(const char* dir_var, const char* expected_var, const char* 
 /// SmolLM2's, loaded once for all [smollm2] cases.
 const Checked& smollm2_checked() {
   static const Checked checked = load_checked(
-      "STATICKV_SMOLLM2_DIR", "STATICKV_TOKENIZER_EXPECTED",
+      "STATICKV_SMOLLM2_DIR", "STATICKV_SMOLLM2_TOKENIZER_EXPECTED",
       "run tools/smollm2/convert.py DIR and tests/reference/tokenizer/make_expected.py DIR "
-      "OUT.json, then set STATICKV_SMOLLM2_DIR=DIR and STATICKV_TOKENIZER_EXPECTED=OUT.json "
+      "OUT.json, then set STATICKV_SMOLLM2_DIR=DIR and "
+      "STATICKV_SMOLLM2_TOKENIZER_EXPECTED=OUT.json "
       "(ctest's tokenizer_smollm2 test does all of it)");
   return checked;
 }
