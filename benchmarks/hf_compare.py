@@ -221,7 +221,8 @@ class Server:
     def __init__(self, exe, directory, device, dtype, mode, max_len, threads):
         command = [str(exe), "--checkpoint", str(directory), "--device", device, "--dtype", dtype,
                    "--cache", "static", "--max-batch", "1", "--max-len", str(max_len),
-                   "--prefill-chunk", str(min(max_len, 1024))]
+                   "--prefill-chunk", str(min(max_len, 1024)),
+                   "--no-prefix-cache"]  # every round repeats the prompt: prefill it each time
         if mode == "eager":
             command.append("--eager")
         if threads:

@@ -95,6 +95,12 @@ Options parse(int argc, char** argv) {
     throw FlagError("--tp: expected --eager with --tp " + std::to_string(o.tp.tp) +
                     " on cuda (NCCL collectives inside captured CUDA graphs are not supported)");
   }
+  if (o.tp.tp > 1 && o.prefix_cache_bytes > 0 && !o.no_prefix_cache) {
+    throw FlagError(
+        fmt::format("--prefix-cache-bytes: expected 0 or -1 with --tp {} (the prefix "
+                    "cache is not tested across ranks) but got {}",
+                    o.tp.tp, o.prefix_cache_bytes));
+  }
   if (!o.checkpoint.empty() && flags.given("--seed")) {
     throw FlagError("--seed: expected no --seed with --checkpoint (it seeds random weights)");
   }
@@ -143,6 +149,7 @@ SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) 
   s.bucketed = !o.eager;
   s.speculate = o.spec.speculate;
   s.prefix_cache_bytes = o.no_prefix_cache ? 0 : o.prefix_cache_bytes;
+  if (o.tp.tp > 1) s.prefix_cache_bytes = 0;  // the default turns itself off under --tp
   if (s.prefix_cache_bytes > 0 && s.kv_storage != KvStorage::kCompute) {
     throw FlagError(
         fmt::format("--prefix-cache-bytes: expected 0 or -1 with --kv-dtype {} (row "

@@ -477,14 +477,19 @@ std::vector<Request> shared_prefix_requests(uint64_t seed, int64_t count) {
   return out;
 }
 
-/// Serves `requests` by arrival step, checking after every step that the
-/// pool holds no more than its budget; returns the stats at the end.
+/// Serves `requests` by arrival step (every 7th cancelled a few steps after
+/// it arrives), checking after every step that the pool holds no more than
+/// its budget; returns the stats at the end.
 EngineStats serve_prefixed(Scheduler& engine, std::vector<Request> requests, TraceRun& run) {
   size_t next = 0;
   for (int64_t step = 0; next < requests.size() || !engine.idle(); ++step) {
+    for (const auto& [id, at] : run.cancel_at) {
+      if (at == step) engine.cancel(id);
+    }
     while (next < requests.size() && requests[next].arrival->time_since_epoch().count() <= step) {
       Request r = std::move(requests[next++]);
       r.arrival.reset();
+      if (next % 7 == 0) run.cancel_at[r.id] = step + static_cast<int64_t>(next % 5);
       run.accepted.push_back(r);
       r.on_token = [&run](const std::string& id, int64_t token) {
         run.streamed[id].push_back(token);
@@ -526,6 +531,7 @@ void require_prefixed_equals_alone(const std::string& shape, CacheKind cache, in
   CHECK(stats.prefix_tokens_reused >= 8 * stats.prefix_hits / 2);
   CHECK((stats.prefix_evictions > 0) == expect_evictions);
   CHECK(stats.runner.captures == captures);  // the copies run between steps
+  CHECK(stats.cancelled >= 1);
   const double smallest = require_each_equals_alone(model, cache, run);
   INFO("smallest top-2 margin of a greedy token generated alone: " << smallest);
   CHECK(smallest > 1e-4);
