@@ -61,14 +61,14 @@ json object_of(const std::string& line) {
 }
 
 void check_fields(const json& message, const json& id) {
-  static const std::set<std::string> known = {"id",          "prompt", "text", "max_new_tokens",
-                                              "temperature", "top_k",  "seed", "stop",
-                                              "arrival_s"};
+  static const std::set<std::string> known = {"id",          "prompt",   "text",  "max_new_tokens",
+                                              "temperature", "top_k",    "top_p", "seed",
+                                              "stop",        "arrival_s"};
   for (const auto& item : message.items()) {
     if (known.count(item.key()) == 0) {
       throw ProtocolError("request: unknown field '" + item.key() +
                               "' (expected id, prompt or text, max_new_tokens, temperature, "
-                              "top_k, seed, stop, arrival_s; or cancel alone)",
+                              "top_k, top_p, seed, stop, arrival_s; or cancel alone)",
                           id);
     }
   }
@@ -93,6 +93,7 @@ void read_request(const json& m, Message& out) {
     out.request.sampling.temperature = number(m["temperature"], "temperature", id);
   }
   if (m.contains("top_k")) out.request.sampling.top_k = integer(m["top_k"], "top_k", id);
+  if (m.contains("top_p")) out.request.sampling.top_p = number(m["top_p"], "top_p", id);
   if (m.contains("seed")) {
     const int64_t seed = integer(m["seed"], "seed", id);
     if (seed < 0) refuse("seed", "an integer >= 0", m["seed"], id);

@@ -3,7 +3,7 @@
 // finished request on stdout (docs/serving.md, "statickv-serve").
 //
 //   in:  {"id": <string or integer>, "prompt": [ids...] | "text": "...",
-//         "max_new_tokens": N, "temperature": X, "top_k": K, "seed": S,
+//         "max_new_tokens": N, "temperature": X, "top_k": K, "top_p": P, "seed": S,
 //         "stop": [ids...], "arrival_s": T}        (all but id, prompt/text
 //                                                   and max_new_tokens optional)
 //        {"cancel": <id>}

@@ -24,7 +24,8 @@ inline std::vector<int64_t> pick(const at::Tensor& logits, const GenerateOptions
   if (options.temperature <= 0.0) {
     chosen = logits.argmax(-1).cpu();
   } else {
-    chosen = detail::sample_tokens(logits, options.temperature, options.top_k, generator);
+    chosen =
+        detail::sample_tokens(logits, options.temperature, options.top_k, options.top_p, generator);
   }
   return std::vector<int64_t>(chosen.data_ptr<int64_t>(),
                               chosen.data_ptr<int64_t>() + chosen.numel());

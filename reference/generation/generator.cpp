@@ -63,6 +63,7 @@ void check_options(const GenerateOptions& o, const LlamaModel& model, int64_t ma
   TORCH_CHECK(max_batch >= 1, "max_batch: expected >= 1 but got ", max_batch);
   TORCH_CHECK(max_len >= 2, "max_len: expected >= 2 but got ", max_len);
   TORCH_CHECK(o.max_new_tokens >= 1, "max_new_tokens: expected >= 1 but got ", o.max_new_tokens);
+  detail::check_sampling(o.temperature, o.top_k, o.top_p);
   TORCH_CHECK(o.cache != CacheKind::kStatic || !model.config().has_sliding(),
               "cache: expected hybrid or dynamic for a model with sliding-window layers but got "
               "static");

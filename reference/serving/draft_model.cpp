@@ -71,7 +71,7 @@ Drafts model_drafts(RowTable& table, Engine& engine, int64_t k) {
       if (s.temperature > 0.0) {
         // The row's own generator: its draws depend on no other row.
         const at::Tensor p = detail::sampling_probs(logits[static_cast<int64_t>(r)].view({1, -1}),
-                                                    s.temperature, s.top_k);
+                                                    s.temperature, s.top_k, s.top_p);
         next = at::multinomial(p, 1, false, row.generator).item<int64_t>();
         probs[r].push_back(p[0]);
       }

@@ -48,14 +48,6 @@ void check_ids(const char* field, const std::vector<int64_t>& ids, int64_t vocab
   }
 }
 
-void check_sampling(const Sampling& s) {
-  TORCH_CHECK(std::isfinite(s.temperature) && s.temperature >= 0.0,
-              "temperature: expected a finite number >= 0 (0 = greedy) but got ", s.temperature);
-  TORCH_CHECK(s.top_k >= 0, "top_k: expected >= 0 (0 = no filter) but got ", s.top_k);
-  TORCH_CHECK(s.top_k == 0 || s.temperature > 0.0,
-              "top_k: expected 0 without sampling (temperature 0 is greedy) but got ", s.top_k);
-}
-
 }  // namespace
 
 Active checked_request(Request request, const ModelConfig& model, int64_t max_len) {
@@ -69,7 +61,8 @@ Active checked_request(Request request, const ModelConfig& model, int64_t max_le
   TORCH_CHECK(len <= max_len && request.max_new_tokens <= max_len - len,
               "max_new_tokens: expected prompt length + max_new_tokens <= max_len=", max_len,
               " but got ", len, " + ", request.max_new_tokens);
-  check_sampling(request.sampling);
+  const Sampling& s = request.sampling;
+  detail::check_sampling(s.temperature, s.top_k, s.top_p);
   if (request.stop) check_ids("stop", *request.stop, model.vocab_size);
 
   Active active;
@@ -87,7 +80,7 @@ int64_t pick_token(Active& row, const at::Tensor& logits, int64_t greedy) {
   if (s.temperature <= 0.0) return greedy;
   // Generator's sampling on a one-row batch [1, vocab], so a request draws
   // what generating it alone with the same seed draws.
-  return detail::sample_tokens(logits.view({1, -1}), s.temperature, s.top_k, row.generator)
+  return detail::sample_tokens(logits.view({1, -1}), s.temperature, s.top_k, s.top_p, row.generator)
       .item<int64_t>();
 }
 

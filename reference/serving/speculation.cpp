@@ -51,7 +51,8 @@ Verdict judge(Active& row, const at::Tensor& logits, const at::Tensor& greedy,
     return verify_greedy(
         drafts, std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + n + 1));
   }
-  const at::Tensor p = detail::sampling_probs(logits.narrow(0, 0, n + 1), s.temperature, s.top_k);
+  const at::Tensor p =
+      detail::sampling_probs(logits.narrow(0, 0, n + 1), s.temperature, s.top_k, s.top_p);
   return verify_sampled(drafts, p, q, row.generator);
 }
 

@@ -198,6 +198,19 @@ TEST_CASE("sampling is reproducible for a seed and EOS ends a row early", "[mode
     CHECK(a.tokens == b.tokens);
     options.seed = 43;
     CHECK(generate(model, prompts, options).tokens != a.tokens);
+    // Nucleus sampling: a top_p that only the most likely token reaches is
+    // greedy; a looser one draws other tokens for the same seed.
+    options.top_k = 0;
+    options.top_p = 1e-6;
+    GenerateOptions greedy_options = options;
+    greedy_options.temperature = 0;
+    greedy_options.top_p = 1;
+    CHECK(generate(model, prompts, options).tokens ==
+          generate(model, prompts, greedy_options).tokens);
+    options.top_p = 0.9;
+    const GenerateResult nucleus = generate(model, prompts, options);
+    CHECK(nucleus.tokens == generate(model, prompts, options).tokens);
+    CHECK(nucleus.tokens != generate(model, prompts, greedy_options).tokens);
   }
   // Make row 0's third greedy token an EOS id: row 0 stops there, row 1 goes on.
   GenerateOptions greedy;
@@ -226,6 +239,11 @@ TEST_CASE("generate and the model reject bad arguments by name", "[model][errors
   options.max_new_tokens = 0;
   require_error([&] { generate(model, {{1}}, options); }, {"max_new_tokens", "got 0"});
   options.max_new_tokens = 4;
+  options.top_p = 0.5;  // without sampling
+  require_error([&] { generate(model, {{1}}, options); }, {"top_p", "1 without sampling", "0.5"});
+  options.temperature = 1.0, options.top_p = 1.5;
+  require_error([&] { generate(model, {{1}}, options); }, {"top_p", "(0, 1]", "1.5"});
+  options.temperature = 0.0, options.top_p = 1.0;
   require_error([&] { generate(model, {{1}}, options, /*max_batch=*/0, /*max_len=*/3); },
                 {"max_len", "got 3"});
   options.max_new_tokens = std::numeric_limits<int64_t>::max();

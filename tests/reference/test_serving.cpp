@@ -63,11 +63,12 @@ class Alone {
     options.max_new_tokens = kMaxLen - 1;
     options.temperature = r.sampling.temperature;
     options.top_k = r.sampling.top_k;
+    options.top_p = r.sampling.top_p;
     options.seed = r.sampling.seed;
     options.record_logits = true;
     options.stop_at_eos = !r.stop.has_value();
-    const auto key =
-        std::make_tuple(options.stop_at_eos, options.temperature, options.top_k, options.seed);
+    const auto key = std::make_tuple(options.stop_at_eos, options.temperature, options.top_k,
+                                     options.top_p, options.seed);
     auto it = sessions_.find(key);
     if (it == sessions_.end()) {
       it = sessions_
@@ -88,7 +89,8 @@ class Alone {
  private:
   const LlamaModel& model_;
   CacheKind cache_;
-  std::map<std::tuple<bool, double, int64_t, uint64_t>, std::unique_ptr<Generator>> sessions_;
+  std::map<std::tuple<bool, double, int64_t, double, uint64_t>, std::unique_ptr<Generator>>
+      sessions_;
 };
 
 /// A bad request and the field its error must name.
@@ -102,7 +104,7 @@ Bad bad_request(int kind, const std::string& id, const std::string& live_id) {
   b.request.id = id;
   b.request.prompt = {1, 2, 3};
   b.request.max_new_tokens = 4;
-  switch (kind % 8) {
+  switch (kind % 9) {
     case 0:
       b.request.prompt.clear(), b.field = "prompt: expected at least one token";
       break;
@@ -121,6 +123,9 @@ Bad bad_request(int kind, const std::string& id, const std::string& live_id) {
       break;
     case 5:
       b.request.sampling.top_k = 5, b.field = "top_k: expected 0 without sampling";
+      break;
+    case 7:
+      b.request.sampling.top_p = 0.9, b.field = "top_p: expected 1 without sampling";
       break;
     case 6:
       b.request.stop = std::vector<int64_t>{3, -2}, b.field = "stop[1]: expected a token id";
@@ -162,6 +167,7 @@ std::vector<Request> trace_requests(uint64_t seed) {
     if (roll < 2) r.stop = std::vector<int64_t>{static_cast<int64_t>(rng() % 128), 5, 9};
     if (roll == 2) r.stop = std::vector<int64_t>{};  // no stop token, not even eos
     if (roll == 3) r.sampling = Sampling{0.8, 20, rng()};
+    if (roll == 4) r.sampling = Sampling{1.2, 0, rng(), 0.7};  // nucleus sampling
     r.arrival = ServeClock::time_point(ServeClock::duration(static_cast<int64_t>(tr.arrival)));
     out.push_back(std::move(r));
   }

@@ -43,6 +43,7 @@ struct GenerateOptions : EngineSettings {
   DecodePath path = DecodePath::kPlain;
   double temperature = 0.0;  ///< 0 = greedy
   int64_t top_k = 0;         ///< 0 = no top-k filter (sampling only)
+  double top_p = 1.0;        ///< (0, 1]; 1 = no top-p filter (sampling only)
   uint64_t seed = 0;
   bool stop_at_eos = true;  ///< a row stops after emitting an EOS id
   bool record_logits = false;

@@ -38,11 +38,12 @@ namespace statickv::reference {
 using ServeClock = std::chrono::steady_clock;
 
 /// How a request picks its tokens: greedy (temperature 0) or seeded
-/// temperature / top-k sampling, exactly as Generator picks one row.
+/// temperature / top-k / top-p sampling, exactly as Generator picks one row.
 struct Sampling {
   double temperature = 0.0;  ///< 0 = greedy
   int64_t top_k = 0;         ///< 0 = no filter; needs temperature > 0
   uint64_t seed = 0;
+  double top_p = 1.0;  ///< (0, 1]; 1 = no filter; below 1 needs temperature > 0
 };
 
 struct Request {
