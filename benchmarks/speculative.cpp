@@ -22,6 +22,7 @@
 
 #ifdef STATICKV_BENCH_TOKENIZER
 #include <statickv/reference/checkpoint.hpp>
+#include <statickv/tokenizer/chat_template.hpp>
 #include <statickv/tokenizer/tokenizer.hpp>
 #endif
 
@@ -44,7 +45,7 @@ Options parse(int argc, char** argv) {
   Flags flags("statickv_bench_speculative",
               "speculative decoding (prompt lookup, draft model) vs plain greedy decoding");
   flags.add("--checkpoint DIR", &o.checkpoint,
-            "SmolLM2 checkpoint with tokenizer.json and chat_prompt.json: repeat-the-passage "
+            "SmolLM2 checkpoint with tokenizer.json and its chat template: repeat-the-passage "
             "prompts (default: --shape with random weights)");
   add_shape_flag(flags, &o.shape, "model shape without --checkpoint, random weights");
   flags.add_device(&o.device);
@@ -69,11 +70,14 @@ const char* const kPassages[] = {
 std::vector<std::vector<int64_t>> copy_prompts(const std::string& dir) {
 #ifdef STATICKV_BENCH_TOKENIZER
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(dir);
+  const tokenizer::ChatTemplate chat = tokenizer::ChatTemplate::load(dir);
   std::vector<std::vector<int64_t>> out;
   for (const char* passage : kPassages) {
-    out.push_back(tok.apply_chat(std::string("Repeat the following text exactly, word for word, "
-                                             "and nothing else:\n\n") +
-                                 passage));
+    out.push_back(tokenizer::apply_chat(
+        tok, chat,
+        tokenizer::user_turn(std::string("Repeat the following text exactly, word for word, "
+                                         "and nothing else:\n\n") +
+                             passage)));
   }
   return out;
 #else

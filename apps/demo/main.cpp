@@ -40,7 +40,7 @@ struct Options {
   bool offload = false;                  // --offload: the cache in host memory
   int threads = 0;
   int64_t batch = 4, prompt_len = 32, max_new_tokens = 32, top_k = 0, prefill_chunk = 0, seed = 0;
-  double temperature = 0.0;
+  double temperature = 0.0, top_p = 1.0;
   bool no_compare = false, print_ids = false, eager = false, ignore_eos = false;
   demo::TextFlags text;
   apps::TpFlags tp;
@@ -53,6 +53,10 @@ void check_combinations(Options& o, const apps::Flags& flags) {
   if (o.top_k > 0 && o.temperature == 0.0) {
     throw FlagError("--top-k: expected 0 without sampling (--temperature 0 is greedy) but got " +
                     std::to_string(o.top_k));
+  }
+  if (o.top_p < 1.0 && o.temperature == 0.0) {
+    throw FlagError(fmt::format(
+        "--top-p: expected 1 without sampling (--temperature 0 is greedy) but got {}", o.top_p));
   }
   apps::check_speculation_flags(o.spec, o.cache);
   apps::check_tp_with_speculation(o.tp, o.spec);
@@ -149,8 +153,8 @@ Options parse(int argc, char** argv) {
   flags.add("--prompts-file FILE", &o.text.prompts_file,
             "prompts as text, one per non-empty line (after any --prompt)");
   flags.add_switch("--chat", &o.text.chat,
-                   "wrap each text prompt in the checkpoint's chat template (chat_prompt.json, "
-                   "written by tools/smollm2/convert.py)");
+                   "wrap each text prompt in the checkpoint's chat template as one user turn "
+                   "(chat_template.jinja or tokenizer_config.json, run by Jinja2)");
   flags.add("--batch N", &o.batch, "random prompts when --prompt-ids is absent", /*min=*/1);
   flags.add("--prompt-len N", &o.prompt_len, "longest random prompt (others are shorter)",
             /*min=*/1);
@@ -159,6 +163,10 @@ Options parse(int argc, char** argv) {
   flags.add("--top-k N", &o.top_k,
             "sample among the N most likely tokens (default 0 = all; needs --temperature > 0)",
             /*min=*/0);
+  flags.add("--top-p X", &o.top_p,
+            "sample among the most likely tokens whose probabilities sum to X (default 1 = "
+            "all; needs --temperature > 0)",
+            /*min=*/1e-9, /*max=*/1.0);
   flags.add("--seed N", &o.seed, "weights, random prompts and sampling", /*min=*/0);
   flags.add("--prefill-chunk N", &o.prefill_chunk,
             "most prompt tokens per prefill pass, in both runs (default 0: all the static or "
@@ -429,6 +437,7 @@ GenerateOptions generate_options(const Options& o, const ModelConfig& config, bo
   options.max_new_tokens = o.max_new_tokens;
   options.temperature = o.temperature;
   options.top_k = o.top_k;
+  options.top_p = o.top_p;
   options.seed = static_cast<uint64_t>(o.seed);
   options.prefill_chunk = o.prefill_chunk;
   options.bucketed = !o.eager;

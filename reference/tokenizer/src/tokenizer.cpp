@@ -124,8 +124,6 @@ struct Tokenizer::Impl {
   tokenizers::HFTokenizer hf;
   int64_t vocab_size = 0;
   std::vector<int64_t> eos_ids;
-  bool has_chat = false;
-  std::string chat_prefix, chat_suffix;
   std::vector<int64_t> prompt_before, prompt_after;  // the post-processor's specials
   // Added tokens marked "special": false (Gemma's "\n", "\t", runs of
   // them): text that skip_special_tokens keeps. pytorch-tokenizers' skip
@@ -194,14 +192,6 @@ Tokenizer Tokenizer::load(const std::string& dir) {
     }
   }
 
-  const fs::path chat = root / "chat_prompt.json";
-  if (fs::exists(chat)) {
-    const json prompt = read_json(chat);
-    if (!prompt.is_object()) fail(chat.string() + ": expected a JSON object");
-    impl->chat_prefix = string_field(chat, prompt, "prefix");
-    impl->chat_suffix = string_field(chat, prompt, "suffix");
-    impl->has_chat = true;
-  }
   return Tokenizer(std::move(impl));
 }
 
@@ -259,24 +249,6 @@ const std::vector<int64_t>& Tokenizer::eos_ids() const { return impl_->eos_ids; 
 
 bool Tokenizer::is_eos(int64_t id) const {
   return std::find(impl_->eos_ids.begin(), impl_->eos_ids.end(), id) != impl_->eos_ids.end();
-}
-
-bool Tokenizer::has_chat_prompt() const { return impl_->has_chat; }
-
-std::string Tokenizer::chat_text(std::string_view user_message) const {
-  if (!impl_->has_chat) {
-    fail(impl_->dir +
-         "/chat_prompt.json: no such file: the chat template rendered at conversion time "
-         "(tools/smollm2/convert.py writes it)");
-  }
-  std::string text;
-  text.reserve(impl_->chat_prefix.size() + user_message.size() + impl_->chat_suffix.size());
-  text.append(impl_->chat_prefix).append(user_message).append(impl_->chat_suffix);
-  return text;
-}
-
-std::vector<int64_t> Tokenizer::apply_chat(std::string_view user_message) const {
-  return encode(chat_text(user_message));
 }
 
 const std::string& Tokenizer::dir() const { return impl_->dir; }

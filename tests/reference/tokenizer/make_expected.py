@@ -16,7 +16,8 @@ wrote. OUT_JSON gets:
   random: [{ids, decoded, decoded_skip}]   seeded random id sequences, special
       ids and single-byte tokens included, so that decoding meets characters
       cut across tokens and ill-formed UTF-8
-  chat: [{message, ids, text}]   apply_chat_template for one user message with
+  chat: [{messages, ids, text}]   apply_chat_template for one user message, and
+      for whole conversations (system, user and assistant turns), with
       add_generation_prompt=True (ids: tokenize=True; text: tokenize=False);
       empty for a tokenizer without a chat template (Gemma 3 270M, the base
       model)
@@ -65,6 +66,15 @@ CHAT_MESSAGES = [
     "",
     "multi\nline <|im_end|> {{ not jinja }}",
 ]
+# Whole conversations: a system turn, earlier assistant turns.
+CHAT_CONVERSATIONS = [
+    [{"role": "system", "content": "You answer in one word."},
+     {"role": "user", "content": "Capital of France?"},
+     {"role": "assistant", "content": "Paris."},
+     {"role": "user", "content": "And of Italy?"}],
+    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello! How can I help?"},
+     {"role": "user", "content": "Tell me a joke about caches."}],
+]
 
 
 def main():
@@ -108,12 +118,12 @@ def main():
         randoms.append(entry(ids))
 
     chats = []
-    for message in CHAT_MESSAGES if tok.chat_template else []:
-        conversation = [{"role": "user", "content": message}]
+    conversations = [[{"role": "user", "content": m}] for m in CHAT_MESSAGES]
+    for conversation in conversations + CHAT_CONVERSATIONS if tok.chat_template else []:
         text = tok.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
         ids = tok.apply_chat_template(conversation, tokenize=True, add_generation_prompt=True,
                                       return_dict=False)
-        chats.append(dict(message=message, text=text, ids=list(ids)))
+        chats.append(dict(messages=conversation, text=text, ids=list(ids)))
 
     result = dict(
         vocab_size=vocab,

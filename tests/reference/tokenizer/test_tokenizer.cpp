@@ -14,6 +14,7 @@
 // decoders), converted by tools/gemma3/convert.py: STATICKV_GEMMA3_DIR and
 // STATICKV_GEMMA3_TOKENIZER_EXPECTED.
 
+#include <statickv/tokenizer/chat_template.hpp>
 #include <statickv/tokenizer/tokenizer.hpp>
 
 #include <catch2/catch.hpp>
@@ -30,13 +31,27 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using statickv::tokenizer::apply_chat;
+using statickv::tokenizer::ChatTemplate;
 using statickv::tokenizer::is_valid_utf8;
 using statickv::tokenizer::StreamDecoder;
 using statickv::tokenizer::to_valid_utf8;
 using statickv::tokenizer::Tokenizer;
+using statickv::tokenizer::user_turn;
 using statickv::tokenizer::Utf8Stream;
 
 const std::string kFFFD = "\xEF\xBF\xBD";
+
+/// Requires that `f` throws std::runtime_error whose message holds every piece.
+template <typename F>
+void require_throws_with(F f, const std::vector<std::string>& pieces) {
+  try {
+    f();
+    FAIL("no exception");
+  } catch (const std::runtime_error& e) {
+    for (const std::string& piece : pieces) CHECK_THAT(e.what(), Catch::Contains(piece));
+  }
+}
 
 /// Streams `bytes` cut at `cuts` (sorted offsets) and checks every piece.
 std::string stream_in_pieces(const std::string& bytes, const std::vector<size_t>& cuts) {
@@ -223,6 +238,55 @@ TEST_CASE("Tokenizer::load names what is missing", "[tokenizer]") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("ChatTemplate runs Jinja2 as transformers does, from either file", "[tokenizer][chat]") {
+  const fs::path dir = fs::temp_directory_path() / "statickv_chat_template";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  require_throws_with([&] { ChatTemplate::load(dir.string()); },
+                      {"chat_template.jinja", "tokenizer_config.json", "neither"});
+  // tokenizer_config.json: named templates (the default one), the special
+  // tokens as strings or added-token objects, trim_blocks/lstrip_blocks,
+  // loop controls, namespace(), tojson without HTML escaping or ASCII.
+  const json config = {
+      {"bos_token", "<s>"},
+      {"eos_token", {{"content", "</s>"}, {"special", true}}},
+      {"chat_template",
+       json::array(
+           {{{"name", "tool_use"}, {"template", "unused"}},
+            {{"name", "default"},
+             {"template",
+              "{{ bos_token }}{% set ns = namespace(n=0) %}\n"
+              "{% for m in messages %}\n  {% if m.role == 'skip' %}{% continue %}{% endif %}\n"
+              "{% set ns.n = ns.n + 1 %}[{{ m.role }}] {{ m.content | tojson }}\n"
+              "{% endfor %}\n{% if add_generation_prompt %}[assistant]{% endif %}"
+              "{{ ns.n }}{{ eos_token }}"}}})}};
+  { std::ofstream(dir / "tokenizer_config.json") << config.dump(); }
+  REQUIRE(ChatTemplate::available(dir.string()));
+  const ChatTemplate chat = ChatTemplate::load(dir.string());
+  const json messages = json::array({{{"role", "user"}, {"content", "<b>é</b>"}},
+                                     {{"role", "skip"}, {"content", "x"}},
+                                     {{"role", "assistant"}, {"content", "ok"}}});
+  CHECK(chat.render(messages.dump(), true) ==
+        "<s>[user] \"<b>é</b>\"\n[assistant] \"ok\"\n[assistant]2</s>");
+  CHECK(chat.render(messages.dump(), false) == "<s>[user] \"<b>é</b>\"\n[assistant] \"ok\"\n2</s>");
+  // chat_template.jinja wins over tokenizer_config.json; raise_exception's
+  // message reaches the caller; the sandbox refuses attribute escapes.
+  {
+    std::ofstream(dir / "chat_template.jinja")
+        << "{{ raise_exception('only ' + messages[0].role) }}";
+  }
+  const ChatTemplate raising = ChatTemplate::load(dir.string());
+  CHECK_THAT(raising.source(), Catch::Contains("chat_template.jinja"));
+  require_throws_with([&] { raising.render(user_turn("hi"), true); }, {"only user"});
+  { std::ofstream(dir / "chat_template.jinja") << "{{ messages.__class__.__mro__ }}"; }
+  require_throws_with([&] { ChatTemplate::load(dir.string()).render(user_turn("hi"), true); },
+                      {"SecurityError"});
+  { std::ofstream(dir / "chat_template.jinja") << "{% for m in messages %}{{ m.content }"; }
+  require_throws_with([&] { ChatTemplate::load(dir.string()); },
+                      {"chat_template.jinja", "does not compile"});
+  fs::remove_all(dir);
+}
+
 namespace {
 
 void require_encode(const Tokenizer& tok, const json& expected) {
@@ -307,20 +371,30 @@ TEST_CASE("Gemma 3: eos ids are transformers'; <bos> and <eos> are special", "[g
   const Tokenizer& tok = gemma3_checked().tok;
   CHECK(tok.eos_ids() == gemma3_checked().expected.at("eos_ids").get<std::vector<int64_t>>());
   CHECK(tok.is_eos(1));
-  CHECK_FALSE(tok.has_chat_prompt());
+  // The base model has no chat template: loading one names both places.
+  CHECK_FALSE(ChatTemplate::available(tok.dir()));
+  require_throws_with([&] { ChatTemplate::load(tok.dir()); },
+                      {"chat_template.jinja", "tokenizer_config.json", "neither"});
   CHECK(tok.encode("<bos>") == std::vector<int64_t>{2});
   CHECK(tok.token_bytes(2, /*skip_special_tokens=*/true).empty());
 }
 
-TEST_CASE("SmolLM2: chat prompt and eos ids are transformers'", "[smollm2]") {
+TEST_CASE("SmolLM2: chat prompts (its Jinja template) and eos ids are transformers'", "[smollm2]") {
   const Tokenizer& tok = smollm2();
-  REQUIRE(tok.has_chat_prompt());
+  const ChatTemplate chat = ChatTemplate::load(tok.dir());
+  REQUIRE(expected().at("chat").size() >= 6);
   for (const auto& entry : expected().at("chat")) {
-    const std::string message = entry.at("message");
-    INFO("message " << shown(message));
-    CHECK(tok.chat_text(message) == entry.at("text").get<std::string>());
-    CHECK(tok.apply_chat(message) == ids_of(entry));
+    const std::string messages = entry.at("messages").dump();
+    INFO("messages " << shown(messages));
+    CHECK(chat.render(messages, true) == entry.at("text").get<std::string>());
+    CHECK(apply_chat(tok, chat, messages) == ids_of(entry));
   }
+  const std::string one = expected().at("chat").at(0).at("messages").at(0).at("content");
+  CHECK(apply_chat(tok, chat, user_turn(one)) == ids_of(expected().at("chat").at(0)));
+  // Without the generation prompt the assistant header is not there.
+  CHECK(chat.render(user_turn(one), false).size() < chat.render(user_turn(one), true).size());
+  require_throws_with([&] { chat.render("{\"role\": \"user\"}", true); },
+                      {"messages", "JSON array of objects"});
   CHECK(tok.eos_ids() == expected().at("eos_ids").get<std::vector<int64_t>>());
   for (const int64_t id : tok.eos_ids()) CHECK(tok.is_eos(id));
   CHECK_FALSE(tok.is_eos(tok.encode("Paris").at(0)));

@@ -4,7 +4,7 @@
 // tools/smollm2/convert.py and tools/gemma3/convert.py write.
 //
 //   auto tok = statickv::tokenizer::Tokenizer::load("build/smollm2");
-//   std::vector<int64_t> prompt = tok.apply_chat("What is the capital of France?");
+//   std::vector<int64_t> prompt = tok.encode_prompt("The capital of France is");
 //   auto stream = tok.stream();             // skips special tokens
 //   for (each generated id) {
 //     if (tok.is_eos(id)) break;
@@ -26,11 +26,8 @@
 // ("I tokenizers:regex.cpp:40] Registering override fallback regex"), from
 // pytorch-tokenizers' module; it cannot be turned off from outside.
 //
-// The chat template (Jinja, in tokenizer_config.json / chat_template.jinja)
-// is not run here: convert.py renders it once for a single user message into
-// chat_prompt.json, {"prefix": ..., "suffix": ...}, and apply_chat encodes
-// prefix + message + suffix, which is what transformers' apply_chat_template
-// with add_generation_prompt=True gives for that message.
+// The chat template (Jinja, in chat_template.jinja / tokenizer_config.json)
+// runs in chat_template.hpp (ChatTemplate, apply_chat).
 //
 // Errors (missing or malformed files, ids out of range) throw
 // std::runtime_error or std::out_of_range naming the file or the id.
@@ -55,8 +52,7 @@ class Tokenizer {
   /// Reads `dir`/tokenizer.json (required), the eos ids from
   /// `dir`/generation_config.json and `dir`/config.json (eos_token_id, an id
   /// or a list; both files' ids, generation_config's first, no duplicates;
-  /// neither file or no eos_token_id: no eos ids), and `dir`/chat_prompt.json
-  /// when present (see has_chat_prompt).
+  /// neither file or no eos_token_id: no eos ids).
   static Tokenizer load(const std::string& dir);
 
   Tokenizer(Tokenizer&&) noexcept;
@@ -93,19 +89,6 @@ class Tokenizer {
   /// Ids that end generation (SmolLM2: 2, <|im_end|>), in file order.
   const std::vector<int64_t>& eos_ids() const;
   bool is_eos(int64_t id) const;
-
-  /// True if `dir`/chat_prompt.json was there (convert.py writes it).
-  bool has_chat_prompt() const;
-
-  /// The chat prompt for one user turn, with the template's default system
-  /// message and the assistant header after it (add_generation_prompt). Throws
-  /// std::runtime_error if there is no chat_prompt.json.
-  std::string chat_text(std::string_view user_message) const;
-
-  /// encode(chat_text(user_message)): transformers'
-  /// apply_chat_template([{"role": "user", "content": user_message}],
-  /// add_generation_prompt=True, tokenize=True).
-  std::vector<int64_t> apply_chat(std::string_view user_message) const;
 
   /// The directory it was loaded from.
   const std::string& dir() const;
