@@ -16,6 +16,7 @@ need=(cmake g++ ninja-build catch2 nlohmann-json3-dev clang-format gnuplot-nox)
 need+=(libre2-dev)  # <re2/re2.h>, which pytorch-tokenizers' headers include (reference/tokenizer)
 need+=(python3-dev)  # Python's headers, which Inductor compiles against (the Python package's tests)
 need+=(libgloo-dev)  # Gloo headers for c10d's ProcessGroupGloo.hpp (tensor parallelism; docs/tensor_parallel.md)
+need+=(libcpp-httplib-dev pkg-config)  # statickv-serve --http (docs/serving.md); optional at configure time
 # Callers add their own needs (scripts/test.sh: clang and libclang-rt-dev for libFuzzer).
 # shellcheck disable=SC2206  # a space-separated list of package names
 need+=(${STATICKV_EXTRA_PACKAGES:-})
@@ -69,6 +70,13 @@ fi
 if ! "$VENV/bin/python" -c 'import pytest, wheel' >/dev/null 2>&1; then
   echo "== pip install pytest wheel (the Python package's build and tests)"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check pytest wheel
+fi
+# statickv-serve --http's tests and benchmark: the openai client, and the
+# server transformers ships (`transformers serve`) to measure against.
+HTTP_PIP=(openai==3.57.0 fastapi==0.165.0 uvicorn==0.54.0 pydantic==2.14.4 jinja2==3.1.6)
+if ! "$VENV/bin/python" -c 'import openai, fastapi, uvicorn, pydantic, jinja2' >/dev/null 2>&1; then
+  echo "== pip install ${HTTP_PIP[*]} (statickv-serve --http tests, transformers serve)"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${HTTP_PIP[@]}"
 fi
 statickv_py_hash=$(find pyproject.toml setup.py include/statickv python/csrc python/statickv src/offload.cpp \
   -type f \( -name '*.py' -o -name '*.cpp' -o -name '*.hpp' -o -name '*.toml' \) | LC_ALL=C sort |

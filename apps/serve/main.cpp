@@ -4,14 +4,15 @@
 // exits 0; a refused flag exits 2.
 
 #include "server.hpp"
+#include "text_tools.hpp"
+#ifdef STATICKV_SERVE_HTTP
+#include "http_server.hpp"
+#endif
 
 #include <statickv/apps/model_flags.hpp>
 #include <statickv/flags/flags.hpp>
 #include <statickv/reference/checkpoint.hpp>
 #include <statickv/reference/scheduler.hpp>
-#ifdef STATICKV_SERVE_TOKENIZER
-#include <statickv/tokenizer/tokenizer.hpp>
-#endif
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -35,13 +36,83 @@ struct Options {
   bool offload = false;
   apps::TpFlags tp;
   apps::SpeculationFlags spec;
+  // --http (docs/serving.md, "HTTP API")
+  std::string http, served_model_name, api_key;
+  std::string http_host = "127.0.0.1";  // --http, parsed
+  int http_port = 0;
+  int64_t http_threads = 128, max_queue = 64, max_body_bytes = 1 << 20;
 };
+
+void add_http_flags(apps::Flags& flags, Options* o) {
+  flags.add("--http HOST:PORT", &o->http,
+            "serve the OpenAI-compatible HTTP API there instead of JSON lines (HOST defaults to "
+            "127.0.0.1; PORT 0 picks a free port, printed once listening)");
+  flags.add("--served-model-name NAME", &o->served_model_name,
+            "the model's name in /v1/models and responses (default: the checkpoint directory's "
+            "name, or the shape)");
+  flags.add("--http-threads N", &o->http_threads,
+            "HTTP handler threads: requests served at once, streams included", /*min=*/1);
+  flags.add("--max-queue N", &o->max_queue,
+            "requests waiting for a cache row before new ones get 503 (Retry-After)", /*min=*/1);
+  flags.add("--api-key KEY", &o->api_key,
+            "require 'Authorization: Bearer KEY' on /v1/ routes (401 otherwise)");
+  flags.add("--max-body-bytes N", &o->max_body_bytes, "largest request body (413 past it)",
+            /*min=*/1);
+}
+
+/// --http HOST:PORT or PORT into o.http_host and o.http_port.
+void parse_http_address(Options& o) {
+  const size_t colon = o.http.rfind(':');
+  const std::string port = colon == std::string::npos ? o.http : o.http.substr(colon + 1);
+  if (colon != std::string::npos && colon > 0) o.http_host = o.http.substr(0, colon);
+  try {
+    size_t used = 0;
+    o.http_port = std::stoi(port, &used);
+    if (used != port.size() || o.http_port < 0 || o.http_port > 65535) {
+      throw std::invalid_argument(port);
+    }
+  } catch (const std::exception&) {
+    throw FlagError("--http: expected HOST:PORT or PORT with PORT in [0, 65535] but got '" +
+                    o.http + "'");
+  }
+}
+
+/// The --http flags need --http, and --http takes no --tp.
+void check_http_flags(const apps::Flags& flags, Options& o) {
+  for (const char* name :
+       {"--served-model-name", "--http-threads", "--max-queue", "--api-key", "--max-body-bytes"}) {
+    if (o.http.empty() && flags.given(name)) {
+      throw FlagError(std::string(name) + ": expected --http with it (a JSON-lines server has no " +
+                      "HTTP side)");
+    }
+  }
+  if (!o.http.empty() && o.tp.tp > 1) {
+    throw FlagError(
+        fmt::format("--http: expected no --tp with --http (rank 0 does not forward "
+                    "HTTP requests to the other ranks) but got --tp {}",
+                    o.tp.tp));
+  }
+  if (o.http.empty()) return;
+  if (o.max_queue + o.max_batch > o.http_threads) {  // else 503 could never be answered
+    throw FlagError(fmt::format(
+        "--max-queue: expected at most --http-threads - --max-batch = {} (every waiting or "
+        "running request holds a handler thread) but got {}",
+        o.http_threads - o.max_batch, o.max_queue));
+  }
+#ifndef STATICKV_SERVE_HTTP
+  throw FlagError(
+      "--http: expected a build with cpp-httplib (Debian: libcpp-httplib-dev) but "
+      "this statickv-serve has no HTTP mode; got --http " +
+      o.http);
+#endif
+  parse_http_address(o);
+}
 
 Options parse(int argc, char** argv) {
   Options o;
   apps::Flags flags("statickv-serve",
                     "continuous-batching server: JSON lines in (requests), one JSON line out per "
-                    "finished request");
+                    "finished request; or an OpenAI-compatible HTTP API (--http)");
   apps::add_model_flags(flags, &o.checkpoint, &o.shape);
   apps::add_tp_flags(flags, &o.tp);
   flags.add("--seed N", &o.seed, "random weights of --shape", /*min=*/0);
@@ -72,6 +143,7 @@ Options parse(int argc, char** argv) {
                    "run steps at their exact shapes (default: the bucketed GraphRunner, CUDA "
                    "graphs on a GPU, every bucket captured at start)");
   apps::add_speculation_flags(flags, &o.spec);
+  add_http_flags(flags, &o);
   flags.add("--threads N", &o.threads, "intra-op CPU threads (default 0: LibTorch's choice)",
             /*min=*/0);
   flags.add("--tokenizer DIR", &o.tokenizer,
@@ -79,13 +151,17 @@ Options parse(int argc, char** argv) {
             "has one)");
   flags.add_note(
       "Input, one JSON object per line: {\"id\": ..., \"prompt\": [ids] (or \"text\": \"...\"),\n"
-      "\"max_new_tokens\": N} with optional \"temperature\", \"top_k\", \"seed\", \"stop\": "
+      "\"max_new_tokens\": N} with optional \"temperature\", \"top_k\", \"top_p\", \"seed\", "
+      "\"stop\": "
       "[ids],\n"
       "\"arrival_s\" (replay offset); or {\"cancel\": id}. Output, one line per finished request:\n"
       "{\"id\", \"tokens\", \"finish\", \"queue_s\", \"ttft_s\", \"decode_tokens_per_s\"} (+ "
       "\"error\",\n"
-      "\"text\"). End of input drains the queue and exits 0; a refused flag exits 2.");
+      "\"text\"). End of input drains the queue and exits 0; a refused flag exits 2.\n"
+      "With --http: the OpenAI-compatible API (/v1/completions, /v1/chat/completions,\n"
+      "/v1/models, /health, /metrics; docs/serving.md) until SIGTERM, which drains and exits 0.");
   flags.parse(argc, argv);
+  check_http_flags(flags, o);
   apps::check_speculation_flags(o.spec, o.cache);
   apps::check_tp_with_speculation(o.tp, o.spec);
   if (!o.checkpoint.empty() && flags.given("--shape")) {
@@ -172,20 +248,22 @@ SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) 
   return s;
 }
 
-serve::TextCodec text_codec(const Options& o) {
+/// The tokenizer (--tokenizer, else the checkpoint's when it has one; with
+/// --http its chat template too); null without one.
+std::shared_ptr<serve::TextTools> text_tools(const Options& o) {
   std::string dir = o.tokenizer;
   if (dir.empty() && !o.checkpoint.empty() &&
       std::filesystem::exists(std::filesystem::path(o.checkpoint) / "tokenizer.json")) {
     dir = o.checkpoint;
   }
-  if (dir.empty()) return {};
-#ifdef STATICKV_SERVE_TOKENIZER
-  auto tok = std::make_shared<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(dir));
-  return {[tok](const std::string& text) { return tok->encode_prompt(text); },
-          [tok](const std::vector<int64_t>& ids) { return tok->decode(ids, true); }};
-#else
-  throw FlagError("--tokenizer: expected no tokenizer: this build has no statickv::tokenizer");
-#endif
+  if (dir.empty()) return nullptr;
+  return serve::load_text_tools(dir, /*chat=*/!o.http.empty());
+}
+
+serve::TextCodec text_codec(const std::shared_ptr<serve::TextTools>& text) {
+  if (!text) return {};
+  return {[text](const std::string& s) { return text->encode_prompt(s); },
+          [text](const std::vector<int64_t>& ids) { return text->decode(ids); }};
 }
 
 // The cache's bytes, the staging buffer of a quantized cache on its own line.
@@ -238,6 +316,45 @@ void report(const Scheduler& engine, const Options& o) {
                static_cast<long long>(spec.verify_steps));
 }
 
+/// JSON lines on stdin and stdout until the input ends.
+void serve_lines(Scheduler& engine, const apps::TpRole& role, serve::TextCodec codec) {
+  serve::LineReader reader(std::cin);
+  auto local = std::make_unique<serve::LocalInput>(reader);
+  std::unique_ptr<serve::Input> input;
+  if (role.shard.comm) {  // every rank takes rank 0's lines (stdin of the others is unread)
+    input = std::make_unique<serve::SharedInput>(std::move(local), role.shard.comm,
+                                                 /*max_wait_s=*/2.0);
+  } else {
+    input = std::move(local);
+  }
+  serve::Server server(engine, std::move(codec), std::cout);
+  server.run(*input);
+}
+
+/// The HTTP API until SIGTERM (docs/serving.md, "HTTP API").
+int serve_http(Scheduler& engine, const Options& o, std::shared_ptr<serve::TextTools> text) {
+#ifdef STATICKV_SERVE_HTTP
+  serve::HttpOptions h;
+  h.host = o.http_host;
+  h.port = o.http_port;
+  h.served_model = o.served_model_name;
+  if (h.served_model.empty()) {  // the checkpoint directory's name ("build/smollm2/": smollm2)
+    std::filesystem::path dir = std::filesystem::path(o.checkpoint).lexically_normal();
+    if (dir.filename().empty()) dir = dir.parent_path();
+    h.served_model = o.checkpoint.empty() ? o.shape : dir.filename().string();
+  }
+  h.threads = static_cast<int>(o.http_threads);
+  h.max_queue = o.max_queue;
+  h.api_key = o.api_key;
+  h.max_body_bytes = o.max_body_bytes;
+  h.defaults = serve::GenerationDefaults::load(o.checkpoint);
+  return serve::serve_http(engine, std::move(text), h);
+#else
+  (void)engine, (void)o, (void)text;
+  return 2;  // refused in parse (check_http_flags)
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -249,7 +366,7 @@ int main(int argc, char** argv) try {
   const apps::TpRole role = apps::start_tp(o.tp, argc, argv, apps::parse_device(o.device));
   if (role.launcher_status) return *role.launcher_status;  // --tp N: the ranks have served
   const at::ScalarType dtype = apps::parse_dtype(o.dtype, role.device, at::kBFloat16);
-  serve::TextCodec codec = text_codec(o);
+  std::shared_ptr<serve::TextTools> text = text_tools(o);
   const std::unique_ptr<LlamaModel> model = load_model(o, role, dtype);
   // The draft model drafts on its own cache, whose rows mirror the target's
   // (speculation is refused with --tp, so role.device is the one device).
@@ -265,19 +382,14 @@ int main(int argc, char** argv) try {
   options.draft_model = draft.get();
   Scheduler engine(*model, options);
   engine.warm_up();  // after this no arrival pattern captures again
-  serve::LineReader reader(std::cin);
-  auto local = std::make_unique<serve::LocalInput>(reader);
-  std::unique_ptr<serve::Input> input;
-  if (role.shard.comm) {  // every rank takes rank 0's lines (stdin of the others is unread)
-    input = std::make_unique<serve::SharedInput>(std::move(local), role.shard.comm,
-                                                 /*max_wait_s=*/2.0);
+  int status = 0;
+  if (o.http.empty()) {
+    serve_lines(engine, role, text_codec(text));
   } else {
-    input = std::move(local);
+    status = serve_http(engine, o, std::move(text));
   }
-  serve::Server server(engine, std::move(codec), std::cout);
-  server.run(*input);
   if (role.tp.rank == 0) report(engine, o);
-  return 0;
+  return status;
 } catch (...) {
   return apps::fail("statickv-serve");
 }

@@ -1,0 +1,235 @@
+// statickv-serve --http's engine thread and request channels (http_engine.hpp).
+
+#include "http_engine.hpp"
+
+#include <c10/util/Exception.h>
+
+namespace statickv::serve {
+
+using reference::Completion;
+using reference::Finish;
+using reference::ServeClock;
+
+void Stream::accept() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  decided_ = true;
+  changed_.notify_all();
+}
+
+void Stream::reject(const ApiError& error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  decided_ = true;
+  rejected_ = error;
+  changed_.notify_all();
+}
+
+void Stream::push(Piece piece) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pieces_.push_back(std::move(piece));
+  changed_.notify_all();
+}
+
+void Stream::end(End end) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  end_ = std::move(end);
+  changed_.notify_all();
+}
+
+void Stream::wait_accepted() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return decided_; });
+  if (rejected_) throw *rejected_;
+}
+
+std::vector<Stream::Piece> Stream::next(std::chrono::milliseconds timeout,
+                                        std::optional<End>* end) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait_for(lock, timeout, [&] { return !pieces_.empty() || end_.has_value(); });
+  std::vector<Piece> out(std::make_move_iterator(pieces_.begin()),
+                         std::make_move_iterator(pieces_.end()));
+  pieces_.clear();
+  if (end_) *end = end_;
+  return out;
+}
+
+HttpEngine::HttpEngine(reference::Scheduler& engine, std::shared_ptr<TextTools> text,
+                       Metrics& metrics, int64_t max_queue)
+    : engine_(engine), text_(std::move(text)), metrics_(metrics), max_queue_(max_queue) {
+  for (const char* outcome : {"stop", "length", "cancelled", "error"}) {
+    metrics_.count("statickv_requests_total", "outcome", outcome, 0);
+  }
+  metrics_.count("statickv_prompt_tokens_total", 0);
+  metrics_.count("statickv_generation_tokens_total", 0);
+  metrics_.set_gauge("statickv_rows_total", static_cast<double>(engine_.options().max_batch));
+  publish_gauges();
+}
+
+void HttpEngine::submit(Submission submission) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto queued = static_cast<int64_t>(inbox_.size()) + waiting_.load();
+    if (queued >= max_queue_) {
+      throw ApiError(503,
+                     "server busy: " + std::to_string(queued) +
+                         " requests are waiting for a row (--max-queue " +
+                         std::to_string(max_queue_) + "); retry later",
+                     "", "server_error", "queue_full");
+    }
+    inbox_.push_back(std::move(submission));
+  }
+  wake_.notify_one();
+}
+
+void HttpEngine::cancel(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cancels_.push_back(id);
+  }
+  wake_.notify_one();
+}
+
+void HttpEngine::stop(std::function<bool()> drained) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    drained_ = std::move(drained);
+  }
+  wake_.notify_one();
+}
+
+void HttpEngine::run() {
+  while (true) {
+    take_inbox();
+    if (!engine_.idle()) {
+      const auto start = ServeClock::now();
+      engine_.step();
+      metrics_.observe("statickv_step_seconds",
+                       std::chrono::duration<double>(ServeClock::now() - start).count());
+      after_step();
+    }
+    for (const Completion& c : engine_.take_finished()) finish(c);
+    publish_gauges();
+    if (!engine_.idle()) continue;
+    if (should_exit()) return;
+    std::unique_lock<std::mutex> lock(mutex_);
+    wake_.wait_for(lock, std::chrono::milliseconds(50),
+                   [&] { return !inbox_.empty() || !cancels_.empty(); });
+  }
+}
+
+bool HttpEngine::should_exit() {
+  std::function<bool()> drained;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!drained_ || !inbox_.empty() || !cancels_.empty()) return false;
+    drained = drained_;
+  }
+  return engine_.idle() && drained();
+}
+
+void HttpEngine::take_inbox() {
+  std::vector<Submission> inbox;
+  std::vector<std::string> cancels;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    inbox.swap(inbox_);
+    cancels.swap(cancels_);
+  }
+  for (Submission& s : inbox) admit(std::move(s));
+  for (const std::string& id : cancels) {
+    if (live_.count(id) != 0) engine_.cancel(id);
+  }
+}
+
+void HttpEngine::admit(Submission s) {
+  Live live;
+  live.stream = s.stream;
+  if (text_) live.decoder = text_->stream();
+  if (!s.stop.empty()) live.stop.emplace(s.stop);
+  const std::string id = s.request.id;
+  const auto prompt_tokens = static_cast<int64_t>(s.request.prompt.size());
+  s.request.on_token = [this](const std::string& row, int64_t token) { on_token(row, token); };
+  try {
+    engine_.submit(std::move(s.request));
+  } catch (const c10::Error& e) {
+    // The engine's messages start with the field they refuse ("prompt[1]: ...").
+    const std::string what = e.what_without_backtrace();
+    const std::string field = what.substr(0, what.find(':'));
+    live.stream->reject(
+        ApiError(400, what, field.find(' ') == std::string::npos ? field : std::string()));
+    return;
+  }
+  metrics_.count("statickv_prompt_tokens_total", prompt_tokens);
+  live_.emplace(id, std::move(live));
+  s.stream->accept();
+}
+
+void HttpEngine::on_token(const std::string& id, int64_t token) {
+  const auto it = live_.find(id);
+  if (it == live_.end() || it->second.stop_matched) return;
+  Live& l = it->second;
+  l.pending.ids.push_back(token);
+  l.pending.produced = ServeClock::now();
+  ++l.tokens;
+  if (!l.decoder) return;
+  const std::string piece = l.decoder->push(token);
+  if (!l.stop) {
+    l.pending.text += piece;
+    return;
+  }
+  const reference::StopText::Out out = l.stop->push(piece);
+  l.pending.text += out.text;
+  l.stop_matched = out.stopped;  // after the step, the request ends (after_step)
+}
+
+void HttpEngine::after_step() {
+  for (auto& [id, l] : live_) {
+    if (l.stop_matched && !l.cancel_sent) {  // a stop string: no further token is needed
+      engine_.cancel(id);
+      l.cancel_sent = true;
+    }
+    if (l.pending.ids.empty()) continue;
+    metrics_.count("statickv_generation_tokens_total", static_cast<int64_t>(l.pending.ids.size()));
+    l.stream->push(std::exchange(l.pending, Stream::Piece()));
+  }
+}
+
+void HttpEngine::finish(const Completion& c) {
+  const auto it = live_.find(c.id);
+  if (it == live_.end()) return;
+  Live& l = it->second;
+  if (l.decoder && !l.stop_matched) {  // the characters an unfinished byte sequence held
+    std::string rest = l.decoder->finish();
+    if (l.stop) {
+      const reference::StopText::Out out = l.stop->push(rest);
+      rest = out.text + (out.stopped ? "" : l.stop->finish());
+      l.stop_matched = out.stopped;
+    }
+    if (!rest.empty()) l.stream->push({rest, {}, ServeClock::now()});
+  }
+  std::string finish = reference::to_string(c.finish);
+  if (l.stop_matched) finish = "stop";
+  metrics_.count("statickv_requests_total", "outcome", finish);
+  if (c.stats.ttft_seconds > 0) {
+    metrics_.observe("statickv_time_to_first_token_seconds", c.stats.ttft_seconds);
+  }
+  if (c.stats.decode_tokens_per_second > 0) {
+    metrics_.observe("statickv_time_per_output_token_seconds",
+                     1.0 / c.stats.decode_tokens_per_second);
+  }
+  l.stream->end({finish, c.error, l.tokens});
+  live_.erase(it);
+}
+
+void HttpEngine::publish_gauges() {
+  const int64_t waiting = engine_.waiting();
+  waiting_ = waiting;
+  std::size_t inbox = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    inbox = inbox_.size();
+  }
+  metrics_.set_gauge("statickv_queue_depth", static_cast<double>(waiting) + inbox);
+  metrics_.set_gauge("statickv_rows_in_use", static_cast<double>(engine_.live_rows()));
+}
+
+}  // namespace statickv::serve

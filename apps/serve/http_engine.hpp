@@ -1,0 +1,124 @@
+#pragma once
+// statickv-serve --http's engine side: the one thread that owns the
+// Scheduler. HTTP handler threads hand it submissions and cancellations
+// (HttpEngine::submit, cancel); it steps the engine, decodes each row's
+// tokens, matches stop strings, and passes every piece to the request's
+// Stream, which its handler thread drains into the socket.
+
+#include "metrics.hpp"
+#include "openai.hpp"
+#include "text_tools.hpp"
+
+#include <statickv/reference/scheduler.hpp>
+#include <statickv/reference/stop_text.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace statickv::serve {
+
+/// One request's channel: written by the engine thread, read by its
+/// handler thread.
+class Stream {
+ public:
+  struct Piece {
+    std::string text;
+    std::vector<int64_t> ids;
+    reference::ServeClock::time_point produced;  ///< when the engine emitted the last id
+  };
+  struct End {
+    std::string finish;  ///< "stop" | "length" | "error"
+    std::string error;   ///< finish "error" only
+    int64_t completion_tokens = 0;
+  };
+
+  // The engine thread.
+  void accept();
+  void reject(const ApiError& error);
+  void push(Piece piece);
+  void end(End end);
+
+  // The handler thread.
+  /// Waits for the engine's verdict; throws the ApiError of a rejection.
+  void wait_accepted();
+  /// Waits up to `timeout` for pieces or the end; returns the pieces since
+  /// the last call, and sets `end` once the request has ended.
+  std::vector<Piece> next(std::chrono::milliseconds timeout, std::optional<End>* end);
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool decided_ = false;
+  std::optional<ApiError> rejected_;
+  std::deque<Piece> pieces_;
+  std::optional<End> end_;
+};
+
+/// A request ready for the engine: prompt ids, limits, sampling, stops.
+struct Submission {
+  reference::Request request;  ///< id unique per server; arrival set
+  std::vector<std::string> stop;
+  std::shared_ptr<Stream> stream;
+};
+
+class HttpEngine {
+ public:
+  /// `text` may be null (no tokenizer: pieces carry ids and empty text).
+  HttpEngine(reference::Scheduler& engine, std::shared_ptr<TextTools> text, Metrics& metrics,
+             int64_t max_queue);
+
+  /// Any thread: queues a submission (ApiError 503 past --max-queue).
+  void submit(Submission submission);
+  /// Any thread: ends a request whose client went away.
+  void cancel(const std::string& id);
+  /// Any thread: asks run() to return once `drained()` is true and nothing
+  /// waits or runs.
+  void stop(std::function<bool()> drained);
+
+  /// The engine thread: steps until stopped and drained.
+  void run();
+
+ private:
+  struct Live {
+    std::shared_ptr<Stream> stream;
+    std::optional<TextStream> decoder;
+    std::optional<reference::StopText> stop;
+    Stream::Piece pending;  ///< this step's tokens and text, sent after the step
+    int64_t tokens = 0;     ///< generated ids sent (up to a stop string's end)
+    bool stop_matched = false;
+    bool cancel_sent = false;
+  };
+
+  void take_inbox();
+  void admit(Submission submission);
+  void on_token(const std::string& id, int64_t token);
+  void after_step();
+  void finish(const reference::Completion& c);
+  void publish_gauges();
+  bool should_exit();
+
+  reference::Scheduler& engine_;
+  std::shared_ptr<TextTools> text_;
+  Metrics& metrics_;
+  int64_t max_queue_;
+
+  std::mutex mutex_;  // the inbox and the stop request
+  std::condition_variable wake_;
+  std::vector<Submission> inbox_;
+  std::vector<std::string> cancels_;
+  std::function<bool()> drained_;
+  std::atomic<int64_t> waiting_{0};  // the engine's queue, as of the last step
+
+  std::map<std::string, Live> live_;  // the engine thread's own
+};
+
+}  // namespace statickv::serve
