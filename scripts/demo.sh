@@ -12,18 +12,20 @@
 #   --device     auto (default: cuda when LibTorch sees a GPU), cpu or cuda
 #   --dtype T    fp32, fp16 or bf16 for every benchmark (default: each one's own)
 #   --threads N  CPU threads for LibTorch and the Hugging Face side (default: all)
-#   --only LIST  comma-separated subset of: chat,smollm2,longdoc,model,decode,prompts,context,hf,write,memory,serving,speculative,offload
+#   --only LIST  comma-separated subset of: chat,smollm2,longdoc,model,decode,prompts,context,hf,write,memory,serving,speculative,offload,http
 #                (chat: the SmolLM2 questions; smollm2: SmolLM2 against transformers;
 #                longdoc: Gemma 3 270M continues a long document on its rings, against
 #                transformers, on the CPU; agreement: bf16/fp16 answers against fp32,
-#                always in --full)
+#                always in --full; http: statickv-serve --http against transformers
+#                serve on one trace of SmolLM2 chats, BENCHMARKS.md item 20)
 #   --no-hf      skip the Hugging Face comparison
 #   --results    where JSON, logs, REPORT.md and plots go (default: results/)
 # Every variant runs interleaved with the others in one process; ratios are
 # medians of paired per-round ratios with p10..p90.
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 mode=quick device=auto dtype="" threads="" only="" hf=1 results=""
 longdoc=(--tokens 2000 --new-tokens 16)  # the CPU runs it whatever --device says
+http=(--requests 8 --rate 2 --max-tokens 16 --prefill-chunk 256 --transformers-modes continuous)
 while (($#)); do
   case "$1" in
     --quick) mode=quick ;;
@@ -108,6 +110,7 @@ else
     serving=(--shape small --requests 200 --rate 20)
     speculative=(--rounds 5 --max-new 96)
     offload=(--rounds 15 --calls 2)
+    http=(--requests 32 --rate 2 --max-tokens 32 --prefill-chunk 256)
   else
     model=(--shape small --context 1024 --max-len 2048 --rounds 10 --calls 3)
     decode=(--rounds 25 --calls 3)
@@ -120,6 +123,7 @@ else
     serving=(--shape tiny --requests 40 --rate 20)
     speculative=(--rounds 2 --max-new 64)
     offload=(--rounds 5 --calls 2)
+    http=(--requests 8 --rate 2 --max-tokens 16 --prefill-chunk 256 --transformers-modes continuous)
   fi
 fi
 
@@ -127,7 +131,7 @@ echo "== statickv: $mode mode on $device; results in $RESULTS"
 start=$SECONDS
 # SmolLM2-135M-Instruct, converted once (a second run starts at once).
 SMOLLM2="$BUILD_DIR/smollm2"
-if want chat || want agreement || [ $mode = full ] || { ((hf)) && want smollm2; }; then
+if want chat || want agreement || [ $mode = full ] || { ((hf)) && { want smollm2 || want http; }; }; then
   run smollm2_convert "$PY" "$STATICKV_ROOT/tools/smollm2/convert.py" "$SMOLLM2"
 fi
 # On a CPU nothing is captured, so bucketed shapes would only add padding:
@@ -186,6 +190,13 @@ if want longdoc; then
   [ -f "$GEMMA3/convert.stamp.json" ] &&
     run longdoc "$PY" "$STATICKV_ROOT/benchmarks/gemma3_long_document.py" --checkpoint "$GEMMA3" \
       --demo "$BUILD_DIR/apps/statickv-demo" ${threads:+--threads "$threads"} "${longdoc[@]}"
+fi
+# The HTTP API against transformers serve (fastapi, uvicorn: scripts/setup.sh).
+if ((hf)) && want http && [ -f "$SMOLLM2/convert.stamp.json" ] &&
+  [[ $("$BUILD_DIR/apps/statickv-serve" --help 2>&1) == *"--http "* ]]; then
+  run http_serve "$PY" "$STATICKV_ROOT/benchmarks/http_serve.py" --checkpoint "$SMOLLM2" \
+    --serve "$BUILD_DIR/apps/statickv-serve" --device "$device" ${threads:+--threads "$threads"} \
+    "${http[@]}" --json "$RESULTS/http_serve.json"
 fi
 if ((hf)) && want smollm2 && [ -f "$SMOLLM2/convert.stamp.json" ]; then
   run hf_smollm2 "$PY" "$STATICKV_ROOT/benchmarks/hf_compare.py" --parts smollm2 --checkpoint "$SMOLLM2" \
