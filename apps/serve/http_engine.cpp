@@ -170,15 +170,15 @@ void HttpEngine::on_token(const std::string& id, int64_t token) {
   l.pending.ids.push_back(token);
   l.pending.produced = ServeClock::now();
   ++l.tokens;
-  if (!l.decoder) return;
-  const std::string piece = l.decoder->push(token);
-  if (!l.stop) {
-    l.pending.text += piece;
-    return;
-  }
-  const reference::StopText::Out out = l.stop->push(piece);
-  l.pending.text += out.text;
-  l.stop_matched = out.stopped;  // after the step, the request ends (after_step)
+  // A matched stop string ends the request after the step (after_step).
+  if (l.decoder) l.pending.text += l.sendable(l.decoder->push(token), /*last=*/false);
+}
+
+std::string HttpEngine::Live::sendable(const std::string& piece, bool last) {
+  if (!stop) return piece;
+  const reference::StopText::Out out = stop->push(piece);
+  stop_matched = out.stopped;
+  return out.text + (last && !out.stopped ? stop->finish() : std::string());
 }
 
 void HttpEngine::after_step() {
@@ -198,12 +198,7 @@ void HttpEngine::finish(const Completion& c) {
   if (it == live_.end()) return;
   Live& l = it->second;
   if (l.decoder && !l.stop_matched) {  // the characters an unfinished byte sequence held
-    std::string rest = l.decoder->finish();
-    if (l.stop) {
-      const reference::StopText::Out out = l.stop->push(rest);
-      rest = out.text + (out.stopped ? "" : l.stop->finish());
-      l.stop_matched = out.stopped;
-    }
+    const std::string rest = l.sendable(l.decoder->finish(), /*last=*/true);
     if (!rest.empty()) l.stream->push({rest, {}, ServeClock::now()});
   }
   std::string finish = reference::to_string(c.finish);

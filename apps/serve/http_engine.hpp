@@ -96,6 +96,9 @@ class HttpEngine {
     int64_t tokens = 0;     ///< generated ids sent (up to a stop string's end)
     bool stop_matched = false;
     bool cancel_sent = false;
+    /// What of a decoded piece may be sent now (stop strings held back or
+    /// matched); `last`: the row has ended, so nothing stays held.
+    std::string sendable(const std::string& piece, bool last);
   };
 
   void take_inbox();

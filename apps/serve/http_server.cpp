@@ -72,8 +72,7 @@ class Front {
   void generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   Submission submission(const ApiRequest& api, ServeClock::time_point arrival);
   std::vector<int64_t> prompt_ids(const ApiRequest& api);
-  void answer_whole(const ApiRequest& api, const ResponseHead& head, Submission& s,
-                    httplib::Response& res);
+  void answer_whole(const ResponseHead& head, const Submission& s, httplib::Response& res);
   void answer_stream(const ApiRequest& api, const ResponseHead& head, const Submission& s,
                      httplib::Response& res);
   bool write_pieces(StreamState& st, httplib::DataSink& sink);
@@ -120,8 +119,7 @@ Submission Front::submission(const ApiRequest& api, ServeClock::time_point arriv
   Submission s;
   reference::Request& r = s.request;
   r.prompt = prompt_ids(api);
-  const auto prompt = static_cast<int64_t>(r.prompt.size());
-  if (prompt < 1) throw ApiError(400, "prompt: expected at least one token but got none", "prompt");
+  const auto prompt = static_cast<int64_t>(r.prompt.size());  // empty: the engine refuses it
   const int64_t room = max_len_ - prompt;
   if (room < 1) {
     throw ApiError(400,
@@ -178,19 +176,17 @@ void Front::generate(Endpoint endpoint, const httplib::Request& req, httplib::Re
                      "server_error", "shutting_down");
     }
     const ApiRequest api = parse_request(endpoint, req.body, o_.served_model);
-    Submission s = submission(api, arrival);
+    const Submission s = submission(api, arrival);
     const ResponseHead head{endpoint,
                             (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + s.request.id,
                             o_.served_model, static_cast<int64_t>(std::time(nullptr))};
-    const std::shared_ptr<Stream> stream = s.stream;
-    Submission queued = s;
-    engine_.submit(std::move(queued));
-    stream->wait_accepted();
+    engine_.submit(Submission(s));  // s stays: the answer names its prompt
+    s.stream->wait_accepted();
     if (api.stream) {
       answer_stream(api, head, s, res);
       streaming = true;  // in flight until the stream is released
     } else {
-      answer_whole(api, head, s, res);
+      answer_whole(head, s, res);
     }
   } catch (const ApiError& e) {
     send_error(res, e);
@@ -198,8 +194,7 @@ void Front::generate(Endpoint endpoint, const httplib::Request& req, httplib::Re
   if (!streaming) --in_flight_;
 }
 
-void Front::answer_whole(const ApiRequest&, const ResponseHead& head, Submission& s,
-                         httplib::Response& res) {
+void Front::answer_whole(const ResponseHead& head, const Submission& s, httplib::Response& res) {
   std::string text;
   std::vector<int64_t> ids;
   std::optional<Stream::End> end;

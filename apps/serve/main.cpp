@@ -86,13 +86,13 @@ void check_http_flags(const apps::Flags& flags, Options& o) {
                       "HTTP side)");
     }
   }
-  if (!o.http.empty() && o.tp.tp > 1) {
+  if (o.http.empty()) return;
+  if (o.tp.tp > 1) {
     throw FlagError(
         fmt::format("--http: expected no --tp with --http (rank 0 does not forward "
                     "HTTP requests to the other ranks) but got --tp {}",
                     o.tp.tp));
   }
-  if (o.http.empty()) return;
   if (o.max_queue + o.max_batch > o.http_threads) {  // else 503 could never be answered
     throw FlagError(fmt::format(
         "--max-queue: expected at most --http-threads - --max-batch = {} (every waiting or "
@@ -260,12 +260,6 @@ std::shared_ptr<serve::TextTools> text_tools(const Options& o) {
   return serve::load_text_tools(dir, /*chat=*/!o.http.empty());
 }
 
-serve::TextCodec text_codec(const std::shared_ptr<serve::TextTools>& text) {
-  if (!text) return {};
-  return {[text](const std::string& s) { return text->encode_prompt(s); },
-          [text](const std::vector<int64_t>& ids) { return text->decode(ids); }};
-}
-
 // The cache's bytes, the staging buffer of a quantized cache on its own line.
 void print_cache_bytes(const Cache& cache) {
   std::fprintf(stderr, "statickv-serve: cache %lld bytes (kv-dtype %s)\n",
@@ -317,7 +311,8 @@ void report(const Scheduler& engine, const Options& o) {
 }
 
 /// JSON lines on stdin and stdout until the input ends.
-void serve_lines(Scheduler& engine, const apps::TpRole& role, serve::TextCodec codec) {
+void serve_lines(Scheduler& engine, const apps::TpRole& role,
+                 std::shared_ptr<serve::TextTools> text) {
   serve::LineReader reader(std::cin);
   auto local = std::make_unique<serve::LocalInput>(reader);
   std::unique_ptr<serve::Input> input;
@@ -327,7 +322,7 @@ void serve_lines(Scheduler& engine, const apps::TpRole& role, serve::TextCodec c
   } else {
     input = std::move(local);
   }
-  serve::Server server(engine, std::move(codec), std::cout);
+  serve::Server server(engine, std::move(text), std::cout);
   server.run(*input);
 }
 
@@ -384,7 +379,7 @@ int main(int argc, char** argv) try {
   engine.warm_up();  // after this no arrival pattern captures again
   int status = 0;
   if (o.http.empty()) {
-    serve_lines(engine, role, text_codec(text));
+    serve_lines(engine, role, std::move(text));
   } else {
     status = serve_http(engine, o, std::move(text));
   }

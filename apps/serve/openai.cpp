@@ -285,6 +285,29 @@ GenerationDefaults GenerationDefaults::load(const std::string& dir) {
   return d;
 }
 
+namespace {
+
+json usage_json(const Usage& usage) {
+  return {{"prompt_tokens", usage.prompt_tokens},
+          {"completion_tokens", usage.completion_tokens},
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+}
+
+/// What every response and chunk names: id, object, created, model, choices.
+json envelope(const ResponseHead& head, const char* object, json choices) {
+  return {{"id", head.id},
+          {"object", object},
+          {"created", head.created},
+          {"model", head.model},
+          {"choices", std::move(choices)}};
+}
+
+const char* chunk_object(const ResponseHead& head) {
+  return head.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion";
+}
+
+}  // namespace
+
 json response_body(const ResponseHead& head, const std::string& out_text,
                    const std::vector<int64_t>& token_ids, const std::string& finish,
                    const Usage& usage, const std::vector<int64_t>& prompt_ids) {
@@ -296,16 +319,10 @@ json response_body(const ResponseHead& head, const std::string& out_text,
   } else {
     choice["text"] = out_text;
   }
-  return {{"id", head.id},
-          {"object", chat ? "chat.completion" : "text_completion"},
-          {"created", head.created},
-          {"model", head.model},
-          {"choices", json::array({choice})},
-          {"usage",
-           {{"prompt_tokens", usage.prompt_tokens},
-            {"completion_tokens", usage.completion_tokens},
-            {"total_tokens", usage.prompt_tokens + usage.completion_tokens}}},
-          {"prompt_token_ids", prompt_ids}};
+  json body = envelope(head, chat ? "chat.completion" : "text_completion", json::array({choice}));
+  body["usage"] = usage_json(usage);
+  body["prompt_token_ids"] = prompt_ids;
+  return body;
 }
 
 json stream_chunk(const ResponseHead& head, const std::string& piece,
@@ -324,24 +341,13 @@ json stream_chunk(const ResponseHead& head, const std::string& piece,
   } else {
     choice["text"] = piece;
   }
-  return {{"id", head.id},
-          {"object", chat ? "chat.completion.chunk" : "text_completion"},
-          {"created", head.created},
-          {"model", head.model},
-          {"choices", json::array({choice})}};
+  return envelope(head, chunk_object(head), json::array({choice}));
 }
 
 json usage_chunk(const ResponseHead& head, const Usage& usage) {
-  const bool chat = head.endpoint == Endpoint::kChat;
-  return {{"id", head.id},
-          {"object", chat ? "chat.completion.chunk" : "text_completion"},
-          {"created", head.created},
-          {"model", head.model},
-          {"choices", json::array()},
-          {"usage",
-           {{"prompt_tokens", usage.prompt_tokens},
-            {"completion_tokens", usage.completion_tokens},
-            {"total_tokens", usage.prompt_tokens + usage.completion_tokens}}}};
+  json chunk = envelope(head, chunk_object(head), json::array());
+  chunk["usage"] = usage_json(usage);
+  return chunk;
 }
 
 json models_body(const std::string& served_model, int64_t created) {

@@ -51,9 +51,9 @@ void Server::handle(const std::string& line, double now_s) {
 void Server::submit(Message message, ServeClock::time_point arrival) {
   try {
     if (message.text) {
-      TORCH_CHECK(static_cast<bool>(codec_.encode),
+      TORCH_CHECK(text_ != nullptr,
                   "text: expected prompt (token ids): this server has no tokenizer (--tokenizer)");
-      message.request.prompt = codec_.encode(*message.text);
+      message.request.prompt = text_->encode_prompt(*message.text);
     }
     message.request.arrival = arrival;
     const std::string key = message.request.id;
@@ -100,7 +100,7 @@ void Server::write_finished() {
     const nlohmann::json id = it != ids_.end() ? it->second : nlohmann::json(c.id);
     if (it != ids_.end()) ids_.erase(it);
     std::optional<std::string> text;
-    if (codec_.decode) text = codec_.decode(c.tokens);
+    if (text_) text = text_->decode(c.tokens);
     out_ << reply_line(id, c, text) << std::endl;
   }
 }

@@ -6,27 +6,23 @@
 
 #include "input.hpp"
 #include "protocol.hpp"
+#include "text_tools.hpp"
 
 #include <statickv/reference/scheduler.hpp>
 
-#include <functional>
 #include <map>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
 
 namespace statickv::serve {
 
-/// Text in and out (empty functions: no tokenizer).
-struct TextCodec {
-  std::function<std::vector<int64_t>(const std::string&)> encode;
-  std::function<std::string(const std::vector<int64_t>&)> decode;
-};
-
 class Server {
  public:
-  Server(reference::Scheduler& engine, TextCodec codec, std::ostream& out)
-      : engine_(engine), codec_(std::move(codec)), out_(out) {}
+  /// `text`: "text" in and out; null without a tokenizer.
+  Server(reference::Scheduler& engine, std::shared_ptr<TextTools> text, std::ostream& out)
+      : engine_(engine), text_(std::move(text)), out_(out) {}
 
   /// Serves until the input ends and every request has finished.
   void run(Input& in);
@@ -41,7 +37,7 @@ class Server {
   reference::ServeClock::time_point at(double seconds) const;
 
   reference::Scheduler& engine_;
-  TextCodec codec_;
+  std::shared_ptr<TextTools> text_;
   std::ostream& out_;
   reference::ServeClock::time_point start_;
   std::multimap<double, Message> held_;        // arrival_s -> not yet due

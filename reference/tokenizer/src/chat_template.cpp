@@ -7,6 +7,8 @@
 #include <statickv/tokenizer/chat_template.hpp>
 #include <statickv/tokenizer/tokenizer.hpp>
 
+#include "json_file.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -179,13 +181,9 @@ std::string read_file(const fs::path& path) {
   return text.str();
 }
 
-json read_json(const fs::path& path) {
-  if (!fs::exists(path)) return json::object();
-  try {
-    return json::parse(read_file(path));
-  } catch (const json::parse_error& e) {
-    throw std::runtime_error(path.string() + ": malformed JSON (" + e.what() + ")");
-  }
+/// tokenizer_config.json, or an empty object when the checkpoint has none.
+json read_config(const fs::path& path) {
+  return fs::exists(path) ? detail::read_json(path) : json::object();
 }
 
 /// tokenizer_config.json's "chat_template": a string, or the "default" of
@@ -248,13 +246,13 @@ bool ChatTemplate::available(const std::string& dir) {
   const fs::path root(dir);
   if (fs::exists(root / "chat_template.jinja")) return true;
   const fs::path config = root / "tokenizer_config.json";
-  return fs::exists(config) && read_json(config).contains("chat_template");
+  return read_config(config).contains("chat_template");
 }
 
 ChatTemplate ChatTemplate::load(const std::string& dir) {
   const fs::path root(dir), jinja = root / "chat_template.jinja",
                             config_path = root / "tokenizer_config.json";
-  const json config = read_json(config_path);
+  const json config = read_config(config_path);
   auto impl = std::make_unique<Impl>();
   std::string text;
   if (fs::exists(jinja)) {

@@ -1,6 +1,8 @@
 // statickv::tokenizer on pytorch-tokenizers' HFTokenizer (docs/tokenizer.md).
 #include <statickv/tokenizer/tokenizer.hpp>
 
+#include "json_file.hpp"
+
 #include <pytorch/tokenizers/hf_tokenizer.h>
 #include <nlohmann/json.hpp>
 
@@ -44,15 +46,7 @@ const char* error_name(tokenizers::Error error) {
 
 [[noreturn]] void fail(const std::string& message) { throw std::runtime_error(message); }
 
-json read_json(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path.string() + ": cannot open");
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    fail(path.string() + ": not valid JSON: " + e.what());
-  }
-}
+using detail::read_json;
 
 // eos_token_id: an id, a list of ids, null or absent.
 void add_eos_ids(const fs::path& path, std::vector<int64_t>& ids) {
