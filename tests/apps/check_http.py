@@ -59,7 +59,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import openai  # noqa: E402
 import torch  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from check_serve_text import save_tiny_llama  # noqa: E402  (the same tiny Llama)
 
 NAME = "tiny-http"
 COMMON = ["--device", "cpu", "--dtype", "fp32", "--threads", "1", "--max-len", "128"]
@@ -118,12 +121,7 @@ def make_checkpoint(directory):
     trainer = trainers.BpeTrainer(vocab_size=320, initial_alphabet=alphabet, show_progress=False,
                                   special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
     tok.train_from_iterator(TEXTS * 20, trainer)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         head_dim=16, max_position_embeddings=256, tie_word_embeddings=False,
-                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    LlamaForCausalLM(config).eval().save_pretrained(directory)
+    save_tiny_llama(directory, tok.get_vocab_size())
     tok.save(str(directory / "tokenizer.json"))
     (directory / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "chat_template": TEMPLATE,

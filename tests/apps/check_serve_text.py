@@ -27,6 +27,16 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 TEXTS = ["the cache keeps every row in place", "hello world, hello rows", "continuous batching"]
 
 
+def save_tiny_llama(directory, vocab_size):
+    """A tiny random LlamaForCausalLM (seed 0, no special token ids) saved into directory."""
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=16, max_position_embeddings=256, tie_word_embeddings=False,
+                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    LlamaForCausalLM(config).eval().save_pretrained(directory)
+
+
 def make_checkpoint(directory):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -34,12 +44,7 @@ def make_checkpoint(directory):
     trainer = trainers.BpeTrainer(vocab_size=320,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(TEXTS * 20, trainer)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         head_dim=16, max_position_embeddings=256, tie_word_embeddings=False,
-                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    LlamaForCausalLM(config).eval().save_pretrained(directory)
+    save_tiny_llama(directory, tok.get_vocab_size())
     tok.save(str(Path(directory) / "tokenizer.json"))
     return tok
 
