@@ -10,10 +10,12 @@ environment's pinned torch.
 import re
 from pathlib import Path
 
+import torch
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 ROOT = Path(__file__).resolve().parent
+TORCH = torch.__version__.split("+")[0]
 
 
 def version():
@@ -32,10 +34,16 @@ setup(
             # constructors call (a CUDA device needs the CMake build's CUDA parts).
             sources=["python/csrc/ops.cpp", "python/csrc/bindings.cpp", "src/offload.cpp"],
             include_dirs=[str(ROOT / "include"), str(ROOT / "python/csrc")],
-            extra_compile_args=["-O2", "-std=c++17"],
+            # No -std: torch's builder picks its own standard (C++17 up to
+            # 2.13, C++20 from 2.14, whose headers require it).
+            extra_compile_args=["-O2"],
         )
     ],
+    # The extension is compiled against this torch's C++ ABI, so it needs
+    # this torch (any local build tag) and no other.
+    install_requires=[f"torch=={TORCH}"],
     cmdclass={"build_ext": BuildExtension},
-    # build/ is the CMake build tree (scripts/setup.sh)
-    options={"build": {"build_base": "build-py"}},
+    # build/ is the CMake build tree (scripts/setup.sh); one build tree per
+    # torch version, so objects of one are never linked against another.
+    options={"build": {"build_base": f"build-py/torch{TORCH}"}},
 )

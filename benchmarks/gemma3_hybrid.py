@@ -187,7 +187,8 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
     model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32,
-                                                 attn_implementation="sdpa").eval()
+                                                 attn_implementation="sdpa",
+                                                 use_kernels=False).eval()
     memory = cache_bytes(model, args.max_chunk,
                          [int(x) for x in args.memory_contexts.split(",")])
     print_memory(memory, args.max_chunk)

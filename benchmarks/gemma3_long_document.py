@@ -51,7 +51,8 @@ def main():
     ids = tok(Path(args.document).read_text(encoding="utf-8")).input_ids[: args.tokens]
     if len(ids) < args.tokens:
         sys.exit(f"{args.document}: {len(ids)} tokens, fewer than --tokens {args.tokens}")
-    model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32,
+                                                 use_kernels=False).eval()
     window = model.config.sliding_window
     print(f"prompt: {len(ids)} tokens of {Path(args.document).name} "
           f"({len(ids) / window:.1f}x the {window}-token window)", flush=True)

@@ -170,7 +170,8 @@ class TokenTimes(BaseStreamer):
 
 
 def load_hf(directory, dtype, device, compiled):
-    model = LlamaForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="sdpa")
+    model = LlamaForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="sdpa",
+                                             use_kernels=False)
     model = model.to(device).eval()
     model.statickv_compiled = compiled  # read by hf_generate
     return model
@@ -470,7 +471,8 @@ def real_model(args, results, save):
     dtype = DTYPES[args.dtype]
     prompt = chat_ids(AutoTokenizer.from_pretrained(args.checkpoint), args.chat_text)
     model = LlamaForCausalLM.from_pretrained(args.checkpoint, dtype=dtype,
-                                             attn_implementation="sdpa").to(device).eval()
+                                             attn_implementation="sdpa",
+                                             use_kernels=False).to(device).eval()
     scratch = Path(args.workdir) / "statickv-demo.json"
     scratch.parent.mkdir(parents=True, exist_ok=True)
     variants = {
@@ -480,7 +482,8 @@ def real_model(args, results, save):
     }
     if args.compile:
         compiled = LlamaForCausalLM.from_pretrained(args.checkpoint, dtype=dtype,
-                                                    attn_implementation="sdpa").to(device).eval()
+                                                    attn_implementation="sdpa",
+                                                    use_kernels=False).to(device).eval()
         compiled.forward = torch.compile(compiled.forward, fullgraph=True, dynamic=False)
         variants["hf-static-compile"] = lambda b: hf_batch(compiled, prompt, b, args.new_tokens,
                                                            "static", device)

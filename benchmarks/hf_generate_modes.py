@@ -110,7 +110,8 @@ def main():
     torch.set_num_threads(args.threads)
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.checkpoint)
     model = transformers.AutoModelForCausalLM.from_pretrained(args.checkpoint,
-                                                              dtype=torch.float32).eval()
+                                                              dtype=torch.float32,
+                                                              use_kernels=False).eval()
     model.generation_config.pad_token_id = tokenizer.eos_token_id
     ids = prompt_ids(tokenizer)
     caches = ["dynamic", "static", "statickv", "statickv-loop"]

@@ -288,8 +288,10 @@ def transformers_command(args, mode, port):
 
 
 def transformers_env(args):
+    # USE_HUB_KERNELS=0: transformers 5.25 loads hub kernels by default, which
+    # need the `kernels` package and the network (docs/python.md, "Versions").
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error",
-               TOKENIZERS_PARALLELISM="false")
+               TOKENIZERS_PARALLELISM="false", USE_HUB_KERNELS="0")
     if args.threads:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(args.threads)
     return env

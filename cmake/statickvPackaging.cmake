@@ -16,8 +16,12 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/statickvConfigVersion.cma
   COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/statickvConfig.cmake
               ${PROJECT_BINARY_DIR}/statickvConfigVersion.cmake
+              ${PROJECT_SOURCE_DIR}/cmake/statickvTorchLinks.cmake
         DESTINATION ${statickv_cmake_dir})
 
-# Build-tree package: find_package(statickv) with statickv_DIR=<build dir>.
+# Build-tree package: find_package(statickv) with statickv_DIR=<build dir>
+# (its config includes statickvTorchLinks.cmake from beside it).
+configure_file(cmake/statickvTorchLinks.cmake ${PROJECT_BINARY_DIR}/statickvTorchLinks.cmake
+               COPYONLY)
 export(EXPORT statickvTargets NAMESPACE statickv::
        FILE ${PROJECT_BINARY_DIR}/statickvTargets.cmake)

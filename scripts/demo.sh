@@ -43,6 +43,10 @@ while (($#)); do
   shift
 done
 
+# Only the programs this run can start are built (the tests are scripts/test.sh's).
+export STATICKV_BUILD_TARGETS="statickv-demo statickv-serve statickv_bench_model statickv_bench_decode
+  statickv_bench_prompts statickv_bench_context statickv_bench_write statickv_bench_memory
+  statickv_bench_serving statickv_bench_speculative statickv_bench_offload"
 source "$(dirname "$0")/setup.sh"
 PY="$VENV/bin/python"
 RESULTS=${results:-$STATICKV_ROOT/results}

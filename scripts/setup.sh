@@ -1,16 +1,28 @@
-# Sourced by scripts/test.sh and scripts/demo.sh: installs what is missing,
-# then configures and builds statickv into build/.
+# Sourced by scripts/test.sh, scripts/demo.sh and scripts/test_python.sh:
+# installs what is missing, then configures and builds statickv into build/
+# (build-torchV/ with STATICKV_TORCH=V, below).
 #
 # Debian packages: apt-get when root, else the one line to run is printed.
 # LibTorch: PyPI's torch wheel (pinned) in .venv/ inside the checkout; CMake
 # finds it through torch.utils.cmake_prefix_path.
+#
+# Another tested torch (cmake/statickvTorchVersion.cmake: 2.11 to 2.15) gets
+# its own virtual environment and build tree, side by side with the default:
+#   STATICKV_TORCH=2.15.0 -> .venv-torch2.15.0/ and build-torch2.15.0/
 set -euo pipefail
 STATICKV_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$STATICKV_ROOT"
-TORCH_VERSION=2.11.0
+TORCH_DEFAULT=2.11.0  # the GPU machine's (benchmarks/gpu/run_gpu.sh builds against it)
+TORCH_VERSION=${STATICKV_TORCH:-$TORCH_DEFAULT}
+if ! [[ $TORCH_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
+  echo "STATICKV_TORCH: expected a full torch version such as 2.15.0 (tested: 2.11 to 2.15) but got '$TORCH_VERSION'" >&2
+  exit 2
+fi
 TRANSFORMERS_VERSION=5.24.0  # the Hugging Face cross-check (tests/reference/hf)
-VENV="$STATICKV_ROOT/.venv"
-BUILD_DIR=${STATICKV_BUILD_DIR:-$STATICKV_ROOT/build}
+TREE_SUFFIX=""  # of the venv and of every build tree (scripts/test.sh's too)
+[ "$TORCH_VERSION" = "$TORCH_DEFAULT" ] || TREE_SUFFIX="-torch$TORCH_VERSION"
+VENV="$STATICKV_ROOT/.venv$TREE_SUFFIX"
+BUILD_DIR=${STATICKV_BUILD_DIR:-$STATICKV_ROOT/build$TREE_SUFFIX}
 
 need=(cmake g++ ninja-build catch2 nlohmann-json3-dev clang-format gnuplot-nox)
 need+=(libre2-dev)  # <re2/re2.h>, which pytorch-tokenizers' headers include (reference/tokenizer)
@@ -91,9 +103,11 @@ if [ "$(cat "$STATICKV_PY_STAMP" 2>/dev/null)" != "$statickv_py_hash" ] ||
     --no-build-isolation --no-deps "$STATICKV_ROOT"
   echo "$statickv_py_hash" >"$STATICKV_PY_STAMP"
 fi
+# scripts/test_python.sh needs the Python side alone.
+[ "${STATICKV_SETUP_PYTHON_ONLY:-0}" = 1 ] && return 0
 TORCH_PREFIX=$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 
-cmake_args=(-DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$TORCH_PREFIX")
+cmake_args=(-DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$TORCH_PREFIX" "-DSTATICKV_PYTHON=$VENV/bin/python")
 command -v ninja >/dev/null && cmake_args+=(-G Ninja)
 # The wheel's CUDA parts need a CUDA toolkit to compile against; without nvcc
 # the CUDA-only targets are left out rather than failing the build.
@@ -110,5 +124,24 @@ if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
   cmake -S . -B "$BUILD_DIR" "${cmake_args[@]}" ${STATICKV_CMAKE_ARGS:-} >"$BUILD_DIR/configure.log" 2>&1 ||
     { tail -40 "$BUILD_DIR/configure.log"; rm -f "$BUILD_DIR/CMakeCache.txt"; exit 1; }
 fi
-echo "== building (cmake --build $BUILD_DIR)"
-cmake --build "$BUILD_DIR" -j "$(nproc)"
+# STATICKV_BUILD_TARGETS (space-separated): build only these (scripts/demo.sh
+# builds the programs it runs, not the tests).
+build_targets=()
+known_targets=""
+if [ -n "${STATICKV_BUILD_TARGETS:-}" ]; then
+  if [ -f "$BUILD_DIR/build.ninja" ]; then
+    known_targets=$(ninja -C "$BUILD_DIR" -t targets all | cut -d: -f1)
+  else
+    known_targets=$(cmake --build "$BUILD_DIR" --target help | sed -n 's/^\.\.\. \([^ ]*\).*/\1/p')
+  fi
+fi
+for target in ${STATICKV_BUILD_TARGETS:-}; do
+  # Only targets this configuration defines (an unknown one would stop the build).
+  if grep -qx "$target" <<<"$known_targets"; then
+    build_targets+=(--target "$target")
+  else
+    echo "== $target: not defined in this configuration; not built"
+  fi
+done
+echo "== building (cmake --build $BUILD_DIR ${build_targets[*]})"
+cmake --build "$BUILD_DIR" -j "$(nproc)" "${build_targets[@]}"

@@ -5,13 +5,22 @@
 # Environment:
 #   STATICKV_SANITIZERS=0     skip the sanitizer build and run (build-asan/)
 #   STATICKV_FUZZ_SECONDS=N   fuzz for N seconds (default 60; 0 skips; build-fuzz/)
+#   STATICKV_TORCH=V          against torch V (2.11 to 2.15) in its own .venv-torchV/
+#                             and build-torchV/: the build, ctest without the real
+#                             checkpoints (label real_model) and the consumer test;
+#                             no sanitizers or fuzzing unless the two above ask
 # libFuzzer needs clang and its runtime; setup.sh installs them with the rest.
+ctest_select=()
+if [ -n "${STATICKV_TORCH:-}" ] && [ "$STATICKV_TORCH" != 2.11.0 ]; then  # setup.sh's TORCH_DEFAULT
+  export STATICKV_SANITIZERS=${STATICKV_SANITIZERS:-0} STATICKV_FUZZ_SECONDS=${STATICKV_FUZZ_SECONDS:-0}
+  ctest_select=(-LE real_model)
+fi
 if [ "${STATICKV_FUZZ_SECONDS:-60}" != 0 ]; then
   export STATICKV_EXTRA_PACKAGES="clang libclang-rt-dev"
 fi
 source "$(dirname "$0")/setup.sh"
 cd "$BUILD_DIR"
-ctest --output-on-failure -j "$(nproc)" "$@"
+ctest --output-on-failure -j "$(nproc)" "${ctest_select[@]}" "$@"
 cd "$STATICKV_ROOT"
 
 # Sanitizers: the test executables and the fuzz corpus replay, built with
@@ -20,7 +29,7 @@ cd "$STATICKV_ROOT"
 # LibTorch's either way. No ASAN_OPTIONS or suppressions are needed: the run
 # is clean as is, leak check included.
 if [ "${STATICKV_SANITIZERS:-1}" != 0 ]; then
-  ASAN_DIR="$STATICKV_ROOT/build-asan"
+  ASAN_DIR="$STATICKV_ROOT/build-asan$TREE_SUFFIX"
   if [ ! -f "$ASAN_DIR/CMakeCache.txt" ]; then
     echo "== configuring $ASAN_DIR (ASan + UBSan)"
     mkdir -p "$ASAN_DIR"
@@ -41,7 +50,7 @@ fi
 # libclang-rt-dev), installed like setup.sh's packages.
 FUZZ_SECONDS=${STATICKV_FUZZ_SECONDS:-60}
 if [ "$FUZZ_SECONDS" != 0 ]; then
-  FUZZ_DIR="$STATICKV_ROOT/build-fuzz"
+  FUZZ_DIR="$STATICKV_ROOT/build-fuzz$TREE_SUFFIX"
   if [ ! -f "$FUZZ_DIR/CMakeCache.txt" ]; then
     echo "== configuring $FUZZ_DIR (clang, libFuzzer)"
     mkdir -p "$FUZZ_DIR"

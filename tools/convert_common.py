@@ -88,7 +88,8 @@ class Converter:
         from transformers import AutoModelForCausalLM
 
         quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                         dtype=torch.float32)
+                                                         dtype=torch.float32,
+                                                         use_kernels=False)
         config = quantized.config
         if config.model_type != model_type:
             self.fail(f"expected a {model_type} model in the GGUF, got {config.model_type}")

@@ -680,7 +680,8 @@ def smollm2_transformers(directory, new_tokens):
     from transformers import AutoModelForCausalLM
     hf_tok = AutoTokenizer.from_pretrained(directory)
     prompt = chat_ids(hf_tok, SMOL_CHAT)
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32,
+                                                 use_kernels=False).eval()
     with torch.inference_mode():
         out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt),
                              dtype=torch.long), max_new_tokens=new_tokens, do_sample=False)

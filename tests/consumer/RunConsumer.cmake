@@ -2,6 +2,7 @@
 #   MODE=find_package: installs STATICKV_BUILD_DIR into WORK_DIR/prefix first.
 #   MODE=add_subdirectory: points the consumer at STATICKV_SOURCE_DIR.
 #   EXPECTED_VERSION: the version the consumer must find (this build's).
+#   CXX_STANDARD: the standard the consumer compiles at, exactly (17 or 20).
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix_path "${PREFIX_PATH}")
 set(extra "")
@@ -17,7 +18,8 @@ else()
 endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
                         -DCMAKE_BUILD_TYPE=${BUILD_TYPE} "-DCMAKE_PREFIX_PATH=${prefix_path}"
-                        -DSTATICKV_EXPECTED_VERSION=${EXPECTED_VERSION} ${extra}
+                        -DSTATICKV_EXPECTED_VERSION=${EXPECTED_VERSION}
+                        -DSTATICKV_CONSUMER_CXX_STANDARD=${CXX_STANDARD} ${extra}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "configuring the consumer (${MODE}) failed:\n${out}")

@@ -23,7 +23,8 @@ def gemma():
     folder, name = os.path.dirname(path), os.path.basename(path)
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name,
-                                                              dtype=torch.float32)
+                                                              dtype=torch.float32,
+                                                              use_kernels=False)
     return tokenizer, model.eval()
 
 

@@ -199,6 +199,23 @@ def test_assisted_decoding_gives_greedy_tokens(kind):
     assert torch.equal(ours, expected)
 
 
+def test_the_cache_keeps_its_own_sizes_through_every_generate_mode():
+    # transformers' generate reads and records cache sizes of its own (5.25
+    # added past recording with keyword arguments): none may overwrite ours.
+    model = any_model("qwen2")
+    cache = make_cache(model, max_batch_size=4, max_cache_len=96)
+    ids, mask = left_padded([10, 7])
+    assistant = tiny_model("qwen2", seed=3)
+    modes = [(2, dict()), (2, dict(num_beams=2)), (1, dict(prompt_lookup_num_tokens=3)),
+             (1, dict(assistant_model=assistant, num_assistant_tokens=3,
+                      num_assistant_tokens_schedule="constant"))]
+    for rows, kwargs in modes:
+        cache.reset()
+        greedy(model, ids[:rows], mask[:rows], 6, cache=cache, **kwargs)
+        assert (cache.max_batch_size, cache.max_cache_len) == (4, 96), kwargs
+        assert (cache.native.config.max_batch, cache.native.config.max_len) == (4, 96)
+
+
 # -- long prompts on sliding models ---------------------------------------------
 
 

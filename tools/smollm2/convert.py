@@ -137,7 +137,7 @@ def check(out):
 
     log(f"check: transformers greedy answer to {CHECK_QUESTION!r} from {out}")
     tokenizer = AutoTokenizer.from_pretrained(out)
-    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, use_kernels=False).eval()
     ids = tokenizer.apply_chat_template(
         [{"role": "user", "content": CHECK_QUESTION}], add_generation_prompt=True,
         return_tensors="pt", return_dict=True)

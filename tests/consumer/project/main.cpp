@@ -5,6 +5,18 @@
 #include <cstdio>
 #include <string>
 
+// The standard CMake was asked for is the one this file compiled at: C++17
+// proves the public headers need no more (with a LibTorch that allows it).
+#if defined(STATICKV_CONSUMER_CXX_STANDARD)
+#if STATICKV_CONSUMER_CXX_STANDARD == 17
+static_assert(__cplusplus == 201703L, "the consumer was to compile at exactly C++17");
+#elif STATICKV_CONSUMER_CXX_STANDARD == 20
+static_assert(__cplusplus == 202002L, "the consumer was to compile at exactly C++20");
+#else
+#error "STATICKV_CONSUMER_CXX_STANDARD: expected 17 or 20"
+#endif
+#endif
+
 int main() {
   // The headers' version (macros and string) equals the package's
   // (STATICKV_PACKAGE_VERSION, from CMake).
@@ -35,6 +47,7 @@ int main() {
                   at::equal(kv.keys.narrow(2, 0, 3), key) &&
                   step.mask(0).sizes() == at::IntArrayRef({2, 1, 3, 8}) && again.query_len() == 1 &&
                   config.chunk_limit() == config.effective_max_chunk();
-  std::printf("statickv %s consumer: %s\n", statickv::kVersion, ok ? "ok" : "MISMATCH");
+  std::printf("statickv %s consumer (C++ %ld): %s\n", statickv::kVersion,
+              static_cast<long>(__cplusplus), ok ? "ok" : "MISMATCH");
   return ok ? 0 : 1;
 }
