@@ -5,13 +5,14 @@
 # Environment:
 #   STATICKV_SANITIZERS=0     skip the sanitizer build and run (build-asan/)
 #   STATICKV_FUZZ_SECONDS=N   fuzz for N seconds (default 60; 0 skips; build-fuzz/)
-#   STATICKV_TORCH=V          against torch V (2.11 to 2.15) in its own .venv-torchV/
-#                             and build-torchV/: the build, ctest without the real
-#                             checkpoints (label real_model) and the consumer test;
-#                             no sanitizers or fuzzing unless the two above ask
+#   STATICKV_TORCH=V          a version run against torch V (2.11 to 2.15), in its own
+#                             .venv-torchV/ and build-torchV/ (the default's for 2.11.0):
+#                             the build, ctest without the real checkpoints (label
+#                             real_model) and the consumer test; no sanitizers or
+#                             fuzzing unless the two above ask
 # libFuzzer needs clang and its runtime; setup.sh installs them with the rest.
 ctest_select=()
-if [ -n "${STATICKV_TORCH:-}" ] && [ "$STATICKV_TORCH" != 2.11.0 ]; then  # setup.sh's TORCH_DEFAULT
+if [ -n "${STATICKV_TORCH:-}" ]; then
   export STATICKV_SANITIZERS=${STATICKV_SANITIZERS:-0} STATICKV_FUZZ_SECONDS=${STATICKV_FUZZ_SECONDS:-0}
   ctest_select=(-LE real_model)
 fi
