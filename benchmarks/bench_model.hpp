@@ -69,11 +69,10 @@ inline std::unique_ptr<reference::LlamaModel> random_model(const std::string& sh
 /// takes seconds instead of the CPU draw's minute (reference::random_weights
 /// draws on the CPU so a seed gives the same weights everywhere; timing
 /// benchmarks need no such thing).
-inline std::unique_ptr<reference::LlamaModel> device_random_model(const std::string& shape,
+inline std::unique_ptr<reference::LlamaModel> device_random_model(reference::ModelConfig config,
                                                                   at::ScalarType dtype,
                                                                   const at::Device& device,
                                                                   uint64_t seed = 0) {
-  reference::ModelConfig config = model_shape(shape);
   at::manual_seed(seed);
   const auto opts = at::TensorOptions().dtype(dtype).device(device);
   reference::Weights weights;
@@ -83,6 +82,13 @@ inline std::unique_ptr<reference::LlamaModel> device_random_model(const std::str
     weights[name] = is_norm ? at::ones(shape_of, opts) : at::randn(shape_of, opts).mul_(0.02);
   }
   return std::make_unique<reference::LlamaModel>(std::move(config), std::move(weights));
+}
+
+inline std::unique_ptr<reference::LlamaModel> device_random_model(const std::string& shape,
+                                                                  at::ScalarType dtype,
+                                                                  const at::Device& device,
+                                                                  uint64_t seed = 0) {
+  return device_random_model(model_shape(shape), dtype, device, seed);
 }
 
 /// Bytes of every parameter a decode step reads once: all weights, except

@@ -12,7 +12,7 @@
 #   --device     auto (default: cuda when LibTorch sees a GPU), cpu or cuda
 #   --dtype T    fp32, fp16 or bf16 for every benchmark (default: each one's own)
 #   --threads N  CPU threads for LibTorch and the Hugging Face side (default: all)
-#   --only LIST  comma-separated subset of: chat,smollm2,longdoc,model,decode,prompts,context,hf,write,memory,serving,speculative,offload,http
+#   --only LIST  comma-separated subset of: chat,smollm2,longdoc,model,step,decode,prompts,context,hf,write,memory,serving,speculative,offload,http
 #                (chat: the SmolLM2 questions; smollm2: SmolLM2 against transformers;
 #                longdoc: Gemma 3 270M continues a long document on its rings, against
 #                transformers, on the CPU; agreement: bf16/fp16 answers against fp32,
@@ -44,7 +44,7 @@ while (($#)); do
 done
 
 # Only the programs this run can start are built (the tests are scripts/test.sh's).
-export STATICKV_BUILD_TARGETS="statickv-demo statickv-serve statickv_bench_model statickv_bench_decode
+export STATICKV_BUILD_TARGETS="statickv-demo statickv-serve statickv_bench_model statickv_bench_step statickv_bench_decode
   statickv_bench_prompts statickv_bench_context statickv_bench_write statickv_bench_memory
   statickv_bench_serving statickv_bench_speculative statickv_bench_offload"
 source "$(dirname "$0")/setup.sh"
@@ -147,6 +147,11 @@ want chat && [ -f "$SMOLLM2/convert.stamp.json" ] &&
     --prompts-file "$STATICKV_ROOT/tools/smollm2/questions.txt" --max-new-tokens 48 \
     "${exact[@]}" "${common[@]}" "${typed[@]}"
 want model && run model_decode "$BENCH/statickv_bench_model" "${common[@]}" "${model[@]}" "${typed[@]}" --json "$RESULTS/model_decode.json"
+# The decode step counted (Note [counted step]), plain and fused; full mode
+# also times them side by side.
+step=()
+[ "$mode" = full ] && step=(--time)
+want step && run step_ops "$BENCH/statickv_bench_step" "${common[@]}" "${step[@]}" "${typed[@]}" --json "$RESULTS/step_ops.json"
 want decode && run decode_step "$BENCH/statickv_bench_decode" "${common[@]}" "${decode[@]}" "${typed[@]}" --json "$RESULTS/decode_step.json"
 want prompts && run prompt_lengths "$BENCH/statickv_bench_prompts" "${common[@]}" "${prompts[@]}" "${typed[@]}" --json "$RESULTS/prompt_lengths.json"
 want context && run context_length "$BENCH/statickv_bench_context" "${common[@]}" "${context[@]}" "${typed[@]}" --json "$RESULTS/context_length.json"

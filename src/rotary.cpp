@@ -7,6 +7,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 
 #include <vector>
 
@@ -146,6 +147,8 @@ RotaryKV rotary_update(Cache& cache, int64_t layer, const at::Tensor& query, con
   w.query_out = at::empty(query.sizes(), query.options());
   w.key_buffer = target.keys;
   w.value_buffer = target.values;
+  // One kernel on either device; named for OpCounter (Note [counted step]).
+  RECORD_FUNCTION("statickv::rotary_write", std::vector<c10::IValue>({query, key, value}));
   if (query.is_cuda()) {
 #ifdef STATICKV_HAS_CUDA
     detail::rotary_write_cuda(w);

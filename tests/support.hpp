@@ -12,8 +12,8 @@
 #include <statickv/statickv.hpp>
 
 #include <ATen/ATen.h>
-#include <ATen/record_function.h>
 #include <catch2/catch.hpp>
+#include <statickv/op_counter.hpp>
 
 #include <limits>
 #include <memory>
@@ -186,33 +186,8 @@ inline at::Tensor emulate_flash_varlen(const detail::VarlenArgs& a) {
   return out;
 }
 
-/// Counts the ATen operators this thread dispatches while it lives
-/// (RecordFunction callbacks, the profiler's mechanism).
-class OpCounter {
- public:
-  OpCounter() {
-    count_ref() = 0;
-    handle_ = at::addThreadLocalCallback(
-        at::RecordFunctionCallback(
-            [](const at::RecordFunction&) -> std::unique_ptr<at::ObserverContext> {
-              ++count_ref();
-              return nullptr;
-            })
-            .needsInputs(false)
-            .scopes({at::RecordScope::FUNCTION}));
-  }
-  ~OpCounter() { at::removeCallback(handle_); }
-  OpCounter(const OpCounter&) = delete;
-  OpCounter& operator=(const OpCounter&) = delete;
-  int64_t count() const { return count_ref(); }
-
- private:
-  static int64_t& count_ref() {
-    static thread_local int64_t count = 0;
-    return count;
-  }
-  at::CallbackHandle handle_;
-};
+/// The counter the benchmarks share (Note [counted step]).
+using statickv::OpCounter;
 
 /// Expects `fn` to throw c10::Error whose message contains every fragment.
 template <typename Fn>

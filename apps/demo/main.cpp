@@ -35,7 +35,7 @@ namespace {
 struct Options {
   std::string checkpoint, shape = "tiny", device = "auto", dtype, cache, prompt_ids, json;
   std::string save_prompt, load_prompt;  // prompt-cache files
-  std::string path = "plain";            // --path: the decoder layer
+  std::string path = "auto";             // --path: the decoder layer
   std::string kv_dtype;                  // --kv-dtype: the cache's stored type
   bool offload = false;                  // --offload: the cache in host memory
   int threads = 0;
@@ -46,6 +46,26 @@ struct Options {
   apps::TpFlags tp;
   apps::SpeculationFlags spec;
 };
+
+// --path fused against the options it cannot run with, naming both (Note
+// [fused decode path]); auto resolves to plain for them instead.
+void check_path_flags(const Options& o, bool quantized) {
+  if (o.path != "fused") return;
+  if (o.tp.tp > 1) {
+    throw FlagError("--path: expected plain or auto with --tp " + std::to_string(o.tp.tp) +
+                    " (the fused layer folds o_proj and down_proj into in-place GEMMs, which "
+                    "do not all-reduce) but got fused");
+  }
+  if (o.cache == "dynamic") {
+    throw FlagError(
+        "--path: expected plain or auto with --cache dynamic (the fused path writes through a "
+        "static or hybrid cache) but got fused");
+  }
+  if (quantized) {
+    throw FlagError("--path: expected plain or auto with --kv-dtype " + o.kv_dtype +
+                    " (the fused rotary write serves plain storage) but got fused");
+  }
+}
 
 // Flags that would be silently ignored, or that contradict each other, are
 // refused; --prompts-file is read here, so a bad file fails before any work.
@@ -92,15 +112,7 @@ void check_combinations(Options& o, const apps::Flags& flags) {
   if (!o.load_prompt.empty() && !std::filesystem::is_regular_file(o.load_prompt)) {
     throw FlagError("--load-prompt: expected an existing file but got '" + o.load_prompt + "'");
   }
-  if (o.path == "fused" && o.cache == "dynamic") {
-    throw FlagError(
-        "--path: expected plain with --cache dynamic (the fused path writes through a "
-        "static or hybrid cache) but got fused");
-  }
-  if (o.path == "fused" && quantized) {
-    throw FlagError("--path: expected plain with --kv-dtype " + o.kv_dtype +
-                    " (the fused rotary write serves plain storage) but got fused");
-  }
+  check_path_flags(o, quantized);
   apps::check_offload_flags(o.offload, o.kv_dtype, o.path, o.cache);
   if (o.cache == "dynamic" && quantized) {
     throw FlagError(
@@ -140,10 +152,11 @@ Options parse(int argc, char** argv) {
   flags.add_choice("--cache C", &o.cache, {"static", "hybrid", "dynamic"},
                    "static, hybrid or dynamic (default: static for all-full models, hybrid when "
                    "the model has sliding layers)");
-  flags.add_choice("--path P", &o.path, {"plain", "fused"},
-                   "decoder layer: plain (default) or fused (at::rms_norm, one q/k/v and one "
-                   "gate/up GEMM, folded residuals, rotary + cache write in one kernel; static "
-                   "or hybrid cache only)");
+  flags.add_choice("--path P", &o.path, {"auto", "plain", "fused"},
+                   "decoder layer: fused (one-kernel RMSNorm, one q/k/v and one gate/up GEMM, "
+                   "folded residuals, rotary + cache write in one kernel; static or hybrid cache "
+                   "of compute storage on one device), plain (one op per step of the math), or "
+                   "auto (default: fused where it applies, else plain)");
   flags.add("--prompt-ids IDS", &o.prompt_ids,
             "comma-separated token ids, ';' between prompts; prompts may differ in length "
             "(default: --batch random prompts)");
@@ -453,8 +466,19 @@ GenerateOptions generate_options(const Options& o, const ModelConfig& config, bo
   return options;
 }
 
-void print_header(const Options& o, const Loaded& run, at::Device device, at::ScalarType dtype,
-                  int64_t longest, int64_t chunk, bool compare) {
+// The decoder layer the main run takes: --path with auto resolved as the
+// Engine resolves it (Note [fused decode path]).
+const char* path_taken(const LlamaModel& model, const GenerateOptions& options) {
+  if (options.cache == CacheKind::kDynamic) return to_string(DecodePath::kPlain);
+  CacheConfig config = model.cache_config(1, 2);
+  config.kv_storage = options.kv_storage;
+  config.host_offload = options.host_offload;
+  return to_string(model.resolve_path(options.path, config));
+}
+
+void print_header(const Options& o, const Loaded& run, const GenerateOptions& options,
+                  at::Device device, at::ScalarType dtype, int64_t longest, int64_t chunk,
+                  bool compare) {
   const ModelConfig& config = run.model->config();
   fmt::print("statickv-demo: {} | {} layers ({}), {} heads / {} kv x {} | {} on {}\n", run.source,
              config.num_hidden_layers, config.has_sliding() ? "with sliding layers" : "all full",
@@ -464,7 +488,7 @@ void print_header(const Options& o, const Loaded& run, at::Device device, at::Sc
       "{} prompts (longest {} tokens), {} new tokens each, {}; prefill {}{}; {} decoder layers{}\n",
       run.prompts.size(), longest, o.max_new_tokens, o.temperature > 0 ? "sampling" : "greedy",
       chunk >= longest ? std::string("in one pass") : fmt::format("in passes of {} tokens", chunk),
-      compare ? " (both runs)" : "", o.path,
+      compare ? " (both runs)" : "", path_taken(*run.model, options),
       o.offload ? "; KV cache offloaded to host memory (--offload)" : "");
 }
 
@@ -577,7 +601,7 @@ int main(int argc, char** argv) try {
         "N + 1 tokens; raise --prefill-chunk) but got --speculate {}",
         chunk, o.spec.speculate));
   }
-  print_header(o, run, device, dtype, static_cast<int64_t>(longest), chunk, compare);
+  print_header(o, run, options, device, dtype, static_cast<int64_t>(longest), chunk, compare);
 
   // Each cache kind runs in its own session, warmed up by one untimed call:
   // the first pass pays one-time costs (thread pools, kernel selection, CUDA

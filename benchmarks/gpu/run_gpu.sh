@@ -34,7 +34,9 @@
 #      1 and 16, tokens compared (hf_compare.py --parts roofline)
 #   5. decode against the exact-length ideal over context lengths (varlen
 #      and masked) and the ragged batch
-#   6. llama-3.1-8b batch 1; host offload of the 8B shape; then the rest
+#   6. the decode step per family, plain against fused (Note [counted
+#      step]: launches, captured kernels and memcpy nodes, eager step
+#      times); llama-3.1-8b batch 1; host offload of the 8B shape; then the rest
 #      (SmolLM2 shape, prompt lengths, write cost, attention stack, memory,
 #      serving vs generate_batch, AOTInductor, the Python seeds under
 #      reduce-overhead, the Hugging Face comparison) while time is left.
@@ -81,7 +83,7 @@ LOG=$OUT/run.log
 left() { echo $((budget - (SECONDS - start))); }
 # What the stages run (the build builds these and nothing else).
 GPU_TARGETS="statickv_cuda_tests statickv_tp_cuda_tests statickv-demo statickv-serve
-  statickv_bench_model statickv_bench_offload statickv_bench_context statickv_bench_prompts
+  statickv_bench_model statickv_bench_step statickv_bench_offload statickv_bench_context statickv_bench_prompts
   statickv_bench_write statickv_bench_decode statickv_bench_memory statickv_bench_serving
   statickv_bench_aoti statickv_ops"
 # Hugging Face: the transformers wheels prep.sh --hf-wheels carried (the
@@ -183,6 +185,7 @@ if ((dry)); then
             --cuda-parts-on-cpu)
   prompts=(--shape tiny --max-len 64 --prompts 8 --reps 1)
   context=(--max-len 512 --rounds 3 --calls 2 --layers 2)
+  step=(--shape tiny,tiny-gemma3 --dtype fp32 --batch 1 --context 16 --time --rounds 2 --calls 1)
   hfargs=(--shapes tiny --prompt-len 16 --new-tokens 8 --rounds 2)
   write=(--rounds 3 --calls 5)
   decode=(--rounds 3 --calls 2)
@@ -202,6 +205,10 @@ else
   # bf16 with graphs: Cache::attend's varlen path beside the masked one, and
   # the 16-row ragged variant (lengths 128..8192).
   context=(--graphs --dtype bf16 --max-len 8192 --rounds 20 --calls 10)
+  # Each family's shape (random weights), plain against fused: launches,
+  # the kernel and memcpy nodes of a captured step, eager step times.
+  step=(--shape llama-3.2-1b:2,llama-3.2-1b,smollm2-135m,gemma3-270m --dtype bf16 --batch 1,16
+        --context 512 --time --rounds 10 --calls 5)
   hfargs=(--shapes llama-3.2-1b --prompt-len 128 --new-tokens 64 --rounds 3 --new-lengths 37,300,1000)
   write=(--rounds 20 --calls 50)
   decode=(--rounds 30 --calls 10)
@@ -226,6 +233,8 @@ if "$PY" -c 'import transformers' 2>/dev/null && have "$BUILD/apps/statickv-demo
 fi
 have "$B/statickv_bench_context" &&
   stage context_length 30 60 "$B/statickv_bench_context" --device "$DEV" "${context[@]}" --json "$RES/context_length.json"
+have "$B/statickv_bench_step" &&
+  stage step_ops 30 90 "$B/statickv_bench_step" --device "$DEV" "${step[@]}" --json "$RES/step_ops.json"
 have "$B/statickv_bench_model" &&
   stage model_decode_8b 45 60 "$B/statickv_bench_model" --device "$DEV" "${model8b[@]}" \
     --json "$RES/model_decode_8b.json"

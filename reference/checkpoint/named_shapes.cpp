@@ -151,6 +151,10 @@ ModelConfig named_config(const std::string& name) {
     config.layer_types = {LayerType::kFull, LayerType::kFull, LayerType::kSliding,
                           LayerType::kSliding};
     config.sliding_window = 8;
+  } else if (name == "tiny-qwen3") {
+    config = tiny();
+    config.model_type = "qwen3";
+    config.qk_norm = true;
   } else if (name == "tiny-gemma3") {
     config = tiny_gemma3();
   } else if (name == "tiny-gemma2") {
@@ -182,8 +186,8 @@ ModelConfig named_config(const std::string& name) {
 }
 
 std::vector<std::string> named_config_names() {
-  return {"tiny",         "tiny-mistral", "tiny-qwen2",   "tiny-gemma2", "tiny-gemma3",
-          "smollm2-135m", "gemma3-270m",  "llama-3.2-1b", "llama-3.1-8b"};
+  return {"tiny",        "tiny-mistral", "tiny-qwen2",  "tiny-qwen3",   "tiny-gemma2",
+          "tiny-gemma3", "smollm2-135m", "gemma3-270m", "llama-3.2-1b", "llama-3.1-8b"};
 }
 
 Weights random_weights(const ModelConfig& config, uint64_t seed, at::ScalarType dtype,

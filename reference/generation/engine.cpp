@@ -72,11 +72,12 @@ Engine::Engine(const LlamaModel& model, const EngineOptions& options)
   TORCH_CHECK(o.cache != CacheKind::kStatic || !model.config().has_sliding(),
               "cache: expected hybrid for a model with sliding-window layers but got static");
   check_draft_model(model, o.draft_model, o.speculate);
-  model.check_path(o.path);
   CacheConfig config = model.cache_config(o.max_batch, o.max_len);
   config.max_chunk = o.max_chunk;
   config.kv_storage = o.kv_storage;
   config.host_offload = o.host_offload;
+  options_.path = model.resolve_path(o.path, config);
+  model.check_path(o.path);
   if (o.cache == CacheKind::kStatic) {
     cache_ = std::make_unique<StaticCache>(config);
   } else {

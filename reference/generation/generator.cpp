@@ -68,9 +68,9 @@ void check_options(const GenerateOptions& o, const LlamaModel& model, int64_t ma
               "cache: expected hybrid or dynamic for a model with sliding-window layers but got "
               "static");
   check_speculation(o, model, max_len);
-  TORCH_CHECK(o.cache != CacheKind::kDynamic || o.path == DecodePath::kPlain,
-              "path: expected plain with cache dynamic (the fused path writes through a static "
-              "or hybrid cache's rotary_update) but got fused");
+  TORCH_CHECK(o.cache != CacheKind::kDynamic || o.path != DecodePath::kFused,
+              "path: expected plain or auto with cache dynamic (the fused path writes through a "
+              "static or hybrid cache's rotary_update) but got fused");
 }
 
 }  // namespace
@@ -98,6 +98,10 @@ Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t m
 Generator::~Generator() = default;
 
 bool Generator::uses_graphs() const { return state_->engine && state_->engine->uses_graphs(); }
+
+DecodePath Generator::path() const {
+  return state_->engine ? state_->engine->options().path : DecodePath::kPlain;
+}
 
 namespace {
 

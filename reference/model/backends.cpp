@@ -23,12 +23,23 @@ void check_tokens(const char* name, const at::Tensor& t) {
   detail::check_dtype(name, t, at::kLong);
 }
 
-const char* to_string(DecodePath path) { return path == DecodePath::kFused ? "fused" : "plain"; }
+const char* to_string(DecodePath path) {
+  switch (path) {
+    case DecodePath::kFused:
+      return "fused";
+    case DecodePath::kAuto:
+      return "auto";
+    case DecodePath::kPlain:
+      break;
+  }
+  return "plain";
+}
 
 DecodePath parse_decode_path(const std::string& name, const char* flag) {
   if (name == "plain") return DecodePath::kPlain;
   if (name == "fused") return DecodePath::kFused;
-  TORCH_CHECK(false, flag, ": expected plain or fused but got '", name, "'");
+  if (name == "auto") return DecodePath::kAuto;
+  TORCH_CHECK(false, flag, ": expected auto, plain or fused but got '", name, "'");
 }
 
 at::Tensor AttentionBackend::attend_rotary(int64_t layer, const at::Tensor& query,
@@ -39,6 +50,9 @@ at::Tensor AttentionBackend::attend_rotary(int64_t layer, const at::Tensor& quer
 
 CacheBackend::CacheBackend(Cache& cache, AttentionKernel kernel, DecodePath path)
     : cache_(cache), kernel_(kernel), path_(path) {
+  TORCH_CHECK(path_ != DecodePath::kAuto,
+              "CacheBackend path: expected plain or fused (resolve auto with "
+              "LlamaModel::resolve_path) but got auto");
   if (path_ == DecodePath::kFused) detail::check_rotary_config(cache_.config());
 }
 

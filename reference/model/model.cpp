@@ -4,7 +4,10 @@
 #include <statickv/detail/checks.hpp>
 #include <statickv/reference/checkpoint.hpp>
 #include <statickv/reference/model.hpp>
+#include <statickv/reference/rms_norm.hpp>
 #include <statickv/rotary.hpp>
+
+#include <ATen/record_function.h>
 
 #include <cmath>
 #include <tuple>
@@ -69,6 +72,10 @@ at::Tensor inverse_frequencies(const RopeConfig& rope, int64_t head_dim) {
   return inv;
 }
 
+// [head_dim / 2] -> [head_dim]: rotate_half pairs element i with i + D/2,
+// both turned by the same angle.
+at::Tensor both_halves(const at::Tensor& inv) { return at::cat({inv, inv}); }
+
 }  // namespace
 
 LlamaModel::LlamaModel(ModelConfig config, Weights weights, TpShard tp)
@@ -128,26 +135,37 @@ LlamaModel::LlamaModel(ModelConfig config, Weights weights, TpShard tp)
       layer.pre_ffn_norm = get(i, P::kPreFfnNorm);
       layer.post_ffn_norm = get(i, P::kPostFfnNorm);
     }
+    FusedNorms& f = layer.fused;
+    f.input_norm = fused_norm_weight(layer.input_norm);
+    f.post_norm = fused_norm_weight(layer.post_norm);
+    f.pre_ffn_norm = fused_norm_weight(layer.pre_ffn_norm);
+    f.post_ffn_norm = fused_norm_weight(layer.post_ffn_norm);
+    f.q_norm = fused_norm_weight(layer.q_norm, query_factor());
+    f.k_norm = fused_norm_weight(layer.k_norm);
     layers_.push_back(std::move(layer));
   }
   final_norm_ = weights_.at(kFinalNorm);
+  fused_final_norm_ = fused_norm_weight(final_norm_);
   lm_head_ = config_.tie_word_embeddings ? embed_.narrow(0, plan_.vocab_first, plan_.vocab)
                                          : weights_.at(kLmHead);
-  inv_freq_ = inverse_frequencies(config_.rope, config_.head_dim).to(device_);
+  inv_freq_ = both_halves(inverse_frequencies(config_.rope, config_.head_dim)).to(device_);
   if (config_.sliding_rope) {
-    sliding_inv_freq_ = inverse_frequencies(*config_.sliding_rope, config_.head_dim).to(device_);
+    sliding_inv_freq_ =
+        both_halves(inverse_frequencies(*config_.sliding_rope, config_.head_dim)).to(device_);
   }
 }
 
 void LlamaModel::check_path(DecodePath path) const {
   if (path != DecodePath::kFused) return;
-  TORCH_CHECK(config_.fused_layer_applies(), "path: expected plain for model_type ",
-              config_.model_type,
-              " (the fused layer is Llama's: no q/k norm, Gemma norms, GELU, attention scale or "
-              "soft-capping) but got fused");
-  TORCH_CHECK(!tp_.comm,
-              "path: expected plain with tensor parallelism (the fused layer folds o_proj and "
-              "down_proj into in-place GEMMs, which do not all-reduce) but got fused");
+  TORCH_CHECK(!tp_.comm, "path: expected plain or auto with tp=", tp_.comm ? tp_.comm->world() : 1,
+              " (the fused layer folds o_proj and down_proj into in-place GEMMs, which do not "
+              "all-reduce) but got fused");
+}
+
+DecodePath LlamaModel::resolve_path(DecodePath path, const CacheConfig& cache) const {
+  if (path != DecodePath::kAuto) return path;
+  const bool applies = !tp_.comm && cache.plain_storage() && !cache.host_offload;
+  return applies ? DecodePath::kFused : DecodePath::kPlain;
 }
 
 CacheConfig LlamaModel::cache_config(int64_t max_batch, int64_t max_len) const {
@@ -177,19 +195,35 @@ at::Tensor LlamaModel::rms_norm(const at::Tensor& x, const at::Tensor& weight) c
   return weight.mul(normed.to(x.scalar_type()));
 }
 
-// RMSNorm through at::rms_norm: LibTorch's fused kernel on CUDA
-// (_fused_rms_norm), its composite on the CPU; it applies the weight before
-// the cast back, so in fp16/bf16 it differs from rms_norm() by rounding.
+// RMSNorm in one kernel (reference::rms_norm) with a FusedNorms weight; it
+// applies the weight before the cast back, so in fp16/bf16 it differs from
+// rms_norm() by rounding.
 at::Tensor LlamaModel::fused_rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
-  return at::rms_norm(x, {x.size(-1)}, weight, config_.rms_norm_eps);
+  return reference::rms_norm(x, weight, config_.rms_norm_eps);
 }
 
-// cos/sin [b, 1, q, head_dim] in the model dtype, computed in float32.
+// What the fused norm multiplies by: Gemma's 1 + weight (computed in
+// float32, as its norm does) and any `scale`, rounded once to the dtype.
+at::Tensor LlamaModel::fused_norm_weight(const at::Tensor& weight, double scale) const {
+  const bool gemma = config_.norm_style == NormStyle::kGemma;
+  if (!weight.defined() || (!gemma && scale == 1.0)) return weight;
+  at::Tensor w = weight.to(at::kFloat);
+  if (gemma) w = w.add(1.0);
+  return w.mul(scale).to(weight.scalar_type());
+}
+
+// cos/sin [b, 1, q, head_dim] in the model dtype, computed in float32 in
+// three launches (Note [counted step]): the int64 positions times the
+// frequencies (stored for both halves) promote to float32, and cos and sin
+// round into the dtype as they write.
 std::pair<at::Tensor, at::Tensor> LlamaModel::rope(const at::Tensor& positions,
                                                    const at::Tensor& inv_freq) const {
-  const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1).mul(inv_freq);  // [b, q, D/2]
-  const at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);
-  return {emb.cos().to(dtype_), emb.sin().to(dtype_)};
+  const at::Tensor angles = positions.unsqueeze(1).unsqueeze(-1).mul(inv_freq);  // [b, 1, q, D]
+  at::Tensor cos = at::empty(angles.sizes(), angles.options().dtype(dtype_));
+  at::Tensor sin = at::empty_like(cos);
+  at::cos_out(cos, angles);
+  at::sin_out(sin, angles);
+  return {cos, sin};
 }
 
 // Padded tokens get position 0 for the rotary embedding; their outputs are
@@ -218,10 +252,13 @@ at::Tensor LlamaModel::embed(const at::Tensor& ids) const {
 
 // The kernels scale scores by head_dim^-0.5; a query_pre_attn_scalar (Gemma)
 // is folded into the query, so every kernel and cache path serves it.
+double LlamaModel::query_factor() const {
+  if (config_.query_pre_attn_scalar == 0) return 1.0;
+  return std::sqrt(static_cast<double>(config_.head_dim) / config_.query_pre_attn_scalar);
+}
+
 at::Tensor LlamaModel::scale_query(const at::Tensor& query) const {
-  if (config_.query_pre_attn_scalar == 0) return query;
-  const double factor =
-      std::sqrt(static_cast<double>(config_.head_dim) / config_.query_pre_attn_scalar);
+  const double factor = query_factor();
   return factor == 1.0 ? query : query.mul(factor);
 }
 
@@ -242,8 +279,9 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& position
   const Rotary rot = rotary(positions);
   at::Tensor x = embed(ids);  // [b, q, hidden]
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    RECORD_USER_SCOPE("statickv::layer");  // OpCounter's region (Note [counted step])
     if (fused) {
-      fused_layer(l, x, rot.cos, rot.sin, backend);
+      fused_layer(l, x, rot, backend);
     } else {
       x = plain_layer(l, x, rot, backend);
     }
@@ -256,7 +294,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& position
     const at::Tensor last = positions.argmax(1).view({b, 1, 1}).expand({b, 1, x.size(2)});
     x = x.gather(1, last).squeeze(1);  // [b, hidden]
   }
-  const at::Tensor normed = fused ? fused_rms_norm(x, final_norm_) : rms_norm(x, final_norm_);
+  const at::Tensor normed = fused ? fused_rms_norm(x, fused_final_norm_) : rms_norm(x, final_norm_);
   return lm_head(normed);
 }
 
@@ -345,28 +383,64 @@ at::Tensor LlamaModel::plain_layer(int64_t l, const at::Tensor& x, const Rotary&
   return y.add(rms_norm(mlp(layer, rms_norm(y, layer.pre_ffn_norm)), layer.post_ffn_norm));
 }
 
-// Note [fused decode path]: the same layer in fewer kernels. at::rms_norm
-// (one fused kernel on CUDA), one q/k/v GEMM split by views, rotary and the
-// cache write in one kernel (backend.attend_rotary), the residual adds
-// folded into the o_proj and down_proj GEMMs (in place on x), one gate/up
-// GEMM, silu * up with the product in place.
-void LlamaModel::fused_layer(int64_t l, at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+// Note [fused decode path]: the same layer in fewer kernels. One-kernel
+// RMSNorm (reference::rms_norm, Gemma's 1 + weight precomputed), one q/k/v
+// GEMM split by views, rotary and the cache write in one kernel
+// (backend.attend_rotary), one gate/up GEMM, the activation times up in
+// place. Where no norm follows a projection (every family but Gemma's
+// sandwich), the residual add is folded into the o_proj and down_proj
+// GEMMs, in place on x.
+void LlamaModel::fused_layer(int64_t l, at::Tensor& x, const Rotary& rot,
                              AttentionBackend& backend) const {
   const Layer& layer = layers_[static_cast<size_t>(l)];
+  const bool sliding = config_.layer_type(l) == LayerType::kSliding;
+  const at::Tensor attn = fused_attention(layer, l, x, sliding ? rot.sliding_cos : rot.cos,
+                                          sliding ? rot.sliding_sin : rot.sin, backend);
+  const FusedNorms& f = layer.fused;
+  if (!config_.sandwich_norms) {
+    add_projection(x, attn, layer.o_proj, layer.o_bias);
+    add_projection(x, fused_mlp(layer, fused_rms_norm(x, f.post_norm)), layer.down_proj, {});
+    return;
+  }
+  x.add_(fused_rms_norm(project(attn, layer.o_proj, layer.o_bias), f.post_norm));
+  const at::Tensor down =
+      project(fused_mlp(layer, fused_rms_norm(x, f.pre_ffn_norm)), layer.down_proj);
+  x.add_(fused_rms_norm(down, f.post_ffn_norm));
+}
+
+// Self-attention on the fused path: [b, q, heads * head_dim] before o_proj.
+// q/k norms run on the q/k/v GEMM's views (the query scale is in q_norm's
+// weight; without q/k norms it is one multiply, where it is not 1).
+at::Tensor LlamaModel::fused_attention(const Layer& layer, int64_t l, const at::Tensor& x,
+                                       const at::Tensor& cos, const at::Tensor& sin,
+                                       AttentionBackend& backend) const {
   const int64_t b = x.size(0), q = x.size(1), d = config_.head_dim;
   const int64_t heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads;
-  const at::Tensor qkv = project(fused_rms_norm(x, layer.input_norm), layer.qkv, layer.qkv_bias)
-                             .view({b, q, heads + 2 * kv_heads, d});
-  const at::Tensor query = qkv.narrow(2, 0, heads).transpose(1, 2);
-  const at::Tensor key = qkv.narrow(2, heads, kv_heads).transpose(1, 2);
-  const at::Tensor value = qkv.narrow(2, heads + kv_heads, kv_heads).transpose(1, 2);
-  const at::Tensor attn = backend.attend_rotary(l, query, key, value, cos, sin);
-  add_projection(x, attn.transpose(1, 2).reshape({b, q, heads * d}), layer.o_proj, layer.o_bias);
-  const at::Tensor gate_up = project(fused_rms_norm(x, layer.post_norm), layer.gate_up);
+  const at::Tensor qkv =
+      project(fused_rms_norm(x, layer.fused.input_norm), layer.qkv, layer.qkv_bias)
+          .view({b, q, heads + 2 * kv_heads, d});
+  at::Tensor query = qkv.narrow(2, 0, heads);
+  at::Tensor key = qkv.narrow(2, heads, kv_heads);
+  if (config_.qk_norm) {
+    query = fused_rms_norm(query, layer.fused.q_norm);
+    key = fused_rms_norm(key, layer.fused.k_norm);
+  } else {
+    query = scale_query(query);
+  }
+  const at::Tensor value = qkv.narrow(2, heads + kv_heads, kv_heads);
+  const at::Tensor attn = backend.attend_rotary(l, query.transpose(1, 2), key.transpose(1, 2),
+                                                value.transpose(1, 2), cos, sin);
+  return attn.transpose(1, 2).reshape({b, q, heads * d});
+}
+
+// The gated MLP on the fused path: one gate/up GEMM, act(gate) * up in place.
+at::Tensor LlamaModel::fused_mlp(const Layer& layer, const at::Tensor& h) const {
+  const at::Tensor gate_up = project(h, layer.gate_up);
   const int64_t inter = config_.intermediate_size;
+  const at::Tensor gate = gate_up.narrow(-1, 0, inter);
   const at::Tensor act =
-      at::silu(gate_up.narrow(-1, 0, inter)).mul_(gate_up.narrow(-1, inter, inter));
-  add_projection(x, act, layer.down_proj, at::Tensor());
+      config_.hidden_act == Activation::kGeluTanh ? at::gelu(gate, "tanh") : at::silu(gate);
+  return act.mul_(gate_up.narrow(-1, inter, inter));
 }
 
 }  // namespace statickv::reference

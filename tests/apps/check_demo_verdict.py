@@ -32,25 +32,26 @@ CASES = [
      [r"^tokens vs dynamic: (identical|1 of 4 prompts differ; first: prompt \d+, token \d+: "
       r"static \d+, dynamic \d+, \S+ apart in dynamic's logits \(a near tie: <= 0\.1\))$",
       r"^verdict: OK: static and dynamic caches agree"]),
-    # Sliding layers: the hybrid cache, prefilled in chunks of 5 in both runs.
+    # Sliding layers: the hybrid cache, prefilled in chunks of 5 in both
+    # runs, on the fused path (--path auto, the default: Note [fused decode
+    # path]) against the plain dynamic baseline.
     (["--shape", "tiny-qwen2", "--dtype", "fp32", "--prefill-chunk", "5"],
-     [r"prefill in passes of 5 tokens \(both runs\); plain decoder layers$",
+     [r"prefill in passes of 5 tokens \(both runs\); fused decoder layers$",
       r"^tokens vs dynamic: identical$",
       r"^verdict: OK: hybrid and dynamic caches agree"]),
     # Without --prefill-chunk a hybrid cache takes at most its window (8
     # here) per step; the baseline is given the same passes.
     (["--shape", "tiny-mistral", "--dtype", "fp32", "--eager"],
-     [r"prefill in passes of 8 tokens \(both runs\); plain decoder layers$",
+     [r"prefill in passes of 8 tokens \(both runs\); fused decoder layers$",
       r"^verdict: OK: hybrid and dynamic caches agree"]),
-    # The fused decoder path (Note [fused decode path]) against the plain
-    # dynamic baseline, on a model with sliding layers.
-    (["--shape", "tiny-qwen2", "--dtype", "fp32", "--path", "fused"],
-     [r"\(both runs\); fused decoder layers$",
+    # The plain decoder path, asked for, on Gemma 3's layers.
+    (["--shape", "tiny-gemma3", "--dtype", "fp32", "--path", "plain"],
+     [r"\(both runs\); plain decoder layers$",
       r"^tokens vs dynamic: identical$",
       r"^verdict: OK: hybrid and dynamic caches agree"]),
     # Sampling: the same seed draws the same tokens from the same logits.
     (["--shape", "tiny", "--dtype", "fp32", "--temperature", "0.8", "--top-k", "20"],
-     [r"sampling; prefill in one pass \(both runs\); plain decoder layers$",
+     [r"sampling; prefill in one pass \(both runs\); fused decoder layers$",
       r"^verdict: OK: static and dynamic caches agree"]),
 ]
 

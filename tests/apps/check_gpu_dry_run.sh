@@ -14,4 +14,4 @@ rc=$?
 grep -E '^== ' "$out/dry_run.log"
 ((rc == 0)) || { echo "run_gpu.sh --dry-run exited $rc"; tail -40 "$out/dry_run.log"; exit 1; }
 cd "$root" && "$py" benchmarks/gpu/summaries.py check "$out/summaries.jsonl" \
-  --stages memcheck,model_decode,hf_roofline,context_length,model_decode_8b,offload,serving
+  --stages memcheck,model_decode,hf_roofline,context_length,step_ops,model_decode_8b,offload,serving

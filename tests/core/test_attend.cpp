@@ -222,17 +222,17 @@ TEST_CASE("masks are built on first use, and prepare() runs fewer ATen ops for i
   {
     OpCounter ops;
     lazy_step = lazy.prepare(pos, 3);
-    lazy_ops = ops.count();
+    lazy_ops = ops.launches();
   }
   {
     OpCounter ops;
     eager_step = eager.prepare(pos, 3);
-    eager_ops = ops.count();
+    eager_ops = ops.launches();
   }
   {
     OpCounter ops;
     for (int64_t l = 0; l < 2; ++l) lazy_step.additive_mask(l);
-    mask_ops = ops.count();
+    mask_ops = ops.launches();
   }
   std::cout << "ATen ops of one per-row decode prepare() (a sliding and a full layer type): "
             << eager_ops << " with eager masks, " << lazy_ops << " lazy; building both layer "
@@ -287,19 +287,19 @@ TEST_CASE("a held StepPlan's unbuilt masks describe its own step after the cache
   {
     OpCounter ops;
     next = lazy.prepare(positions(2, {1, 1}), 2);
-    after_dropped = ops.count();
+    after_dropped = ops.launches();
   }
   next.mask(0);
   next.mask(1);
   {
     OpCounter ops;
     next = lazy.prepare(positions(2, {2, 2}), 2);
-    after_built = ops.count();
+    after_built = ops.launches();
   }
   {
     OpCounter ops;
     next = lazy.prepare(positions(2, {3, 3}), 2);
-    after_unbuilt = ops.count();
+    after_unbuilt = ops.launches();
   }
   CHECK(after_dropped == after_built);
   CHECK(after_unbuilt > after_built);

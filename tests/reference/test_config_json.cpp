@@ -108,7 +108,6 @@ TEST_CASE("gemma2 on its class defaults: alternating layers, soft-caps 50 and 30
   CHECK(c.hidden_act == Activation::kGeluTanh);
   CHECK_FALSE(c.qk_norm);
   CHECK_FALSE(c.sliding_rope.has_value());
-  CHECK_FALSE(c.fused_layer_applies());
   CHECK(c.eos_token_ids == std::vector<int64_t>{1});
 }
 
@@ -155,7 +154,6 @@ TEST_CASE("qwen3 on its class defaults: head_dim 128, q/k norms, no window", "[c
   CHECK_FALSE(c.attention_bias);
   CHECK_FALSE(c.has_sliding());
   CHECK(c.norm_style == NormStyle::kLlama);
-  CHECK_FALSE(c.fused_layer_applies());
 }
 
 TEST_CASE("eos_token_id may be an int, a list or null", "[checkpoint]") {

@@ -407,11 +407,13 @@ TEST_CASE("a prompt restored from a prompt-cache file generates what prefilling 
   std::filesystem::remove(path);
 }
 
-TEST_CASE("the fused decoder path generates the plain path's tokens and logits on every cache",
+TEST_CASE("the fused decoder path generates the plain path's tokens and logits for every family",
           "[model][fused]") {
   // Note [fused decode path]: the same math in fewer kernels, float32 here,
-  // so the two differ only in rounding order (rms_norm, folded residuals).
-  for (const std::string shape : {"tiny", "tiny-mistral", "tiny-qwen2"}) {
+  // so the two differ only in rounding order (rms_norm, folded residuals,
+  // Gemma's 1 + weight and the query scale folded into the norm weights).
+  for (const std::string shape :
+       {"tiny", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3"}) {
     const LlamaModel model = make_model(shape);
     for (bool bucketed : {false, true}) {
       INFO(shape << (bucketed ? ", bucketed" : ", eager"));
@@ -431,7 +433,7 @@ TEST_CASE("the fused path is refused with the dynamic cache, naming both options
   options.cache = CacheKind::kDynamic;
   options.path = DecodePath::kFused;
   CHECK_THROWS_WITH(generate(model, {{1, 2, 3}}, options),
-                    Catch::Contains("path: expected plain with cache dynamic"));
+                    Catch::Contains("path: expected plain or auto with cache dynamic"));
 }
 
 TEST_CASE("generation with host offload equals generation with the cache on the device",
@@ -449,6 +451,7 @@ TEST_CASE("generation with host offload equals generation with the cache on the 
         options.prefill_chunk = bucketed ? 0 : 4;
         options.speculate = speculate;
         options.record_logits = true;
+        options.path = DecodePath::kPlain;  // offload's path (auto would take fused here)
         const GenerateResult device = generate(model, ragged_prompts(), options);
         options.host_offload = true;
         const GenerateResult offloaded = generate(model, ragged_prompts(), options);
@@ -475,17 +478,29 @@ TEST_CASE("host offload is refused with the fused path and quantized storage, na
                     Catch::Contains("host_offload") && Catch::Contains("kv_storage=int8"));
 }
 
-TEST_CASE("the fused path is refused for a model whose layer it does not compute, naming both",
-          "[model][fused][errors]") {
-  for (const std::string shape : {"tiny-gemma2", "tiny-gemma3"}) {
+TEST_CASE("auto takes the fused path wherever it applies and the plain path elsewhere",
+          "[model][fused]") {
+  // Note [fused decode path]: every family, a cache of compute storage in
+  // device memory; quantized storage and host offload keep the plain path.
+  for (const std::string shape : {"tiny", "tiny-qwen3", "tiny-gemma3"}) {
     const LlamaModel model = make_model(shape);
-    GenerateOptions options;
-    options.cache = CacheKind::kHybrid;
-    options.path = DecodePath::kFused;
+    CacheConfig config = model.cache_config(2, 16);
     INFO(shape);
-    CHECK_THROWS_WITH(generate(model, {{1, 2, 3}}, options),
-                      Catch::Contains("path: expected plain for model_type") &&
-                          Catch::Contains(model.config().model_type) &&
-                          Catch::Contains("but got fused"));
+    CHECK(model.resolve_path(DecodePath::kAuto, config) == DecodePath::kFused);
+    CHECK(model.resolve_path(DecodePath::kPlain, config) == DecodePath::kPlain);
+    config.kv_storage = KvStorage::kInt8;
+    CHECK(model.resolve_path(DecodePath::kAuto, config) == DecodePath::kPlain);
+    config.kv_storage = KvStorage::kCompute;
+    config.host_offload = true;
+    CHECK(model.resolve_path(DecodePath::kAuto, config) == DecodePath::kPlain);
   }
+  const LlamaModel model = make_model("tiny-gemma3");
+  GenerateOptions options;
+  options.cache = CacheKind::kHybrid;
+  options.max_new_tokens = 2;
+  Generator fused(model, options, 1, 16);
+  CHECK(fused.path() == DecodePath::kFused);
+  options.kv_storage = KvStorage::kInt8;
+  Generator quantized(model, options, 1, 16);
+  CHECK(quantized.path() == DecodePath::kPlain);
 }

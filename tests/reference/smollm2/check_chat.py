@@ -3,15 +3,17 @@
 (ctests smollm2_chat and gemma3_text).
 
 usage: check_chat.py --demo EXE --checkpoint DIR --prompts FILE [--new-tokens 32]
-                     [--plain] [--caches static,hybrid]
+                     [--plain] [--caches static,hybrid] [--paths plain,fused]
 
 For every prompt of FILE (one a line) transformers answers alone, unpadded:
 AutoModelForCausalLM.generate(greedy, max_new_tokens) on
 tokenizer.apply_chat_template(add_generation_prompt=True) or, with --plain,
 on tokenizer(prompt) (a base model: Gemma 3 270M), fp32 on the CPU.
 statickv-demo (--chat unless --plain) then answers the same prompts, for
-each of --caches, once with all of them in one ragged batch and once each
-alone (--alone N: only the N longest alone). Required, for every run and prompt:
+each of --caches, once with all of them in one ragged batch on each decoder
+path of --paths (Note [fused decode path]) and once each alone on the
+default path (--alone N: only the N longest alone). Required, for every run
+and prompt:
 
   - the generated ids (--print-ids) equal transformers' ids, eos included;
   - the answer text the demo streamed equals
@@ -54,10 +56,10 @@ def transformers_answers(checkpoint, prompts, new_tokens, plain):
     return tok, answers
 
 
-def run_demo(args, cache, prompts):
+def run_demo(args, cache, prompts, path="auto"):
     """statickv-demo's streamed texts and generated ids for `prompts`."""
     cmd = [args.demo, "--checkpoint", args.checkpoint, "--device", "cpu", "--dtype", "fp32",
-           "--cache", cache, "--max-new-tokens", str(args.new_tokens),
+           "--cache", cache, "--path", path, "--max-new-tokens", str(args.new_tokens),
            "--no-compare", "--print-ids"] + ([] if args.plain else ["--chat"])
     for prompt in prompts:
         cmd += ["--prompt", prompt]
@@ -101,6 +103,8 @@ def main():
     parser.add_argument("--plain", action="store_true",
                         help="prompts as text (tokenizer(prompt)), not chat turns")
     parser.add_argument("--caches", default="static,hybrid")
+    parser.add_argument("--paths", default="plain,fused",
+                        help="decoder paths of the batch runs (default plain,fused)")
     parser.add_argument("--alone", type=int, default=0,
                         help="run alone only the N longest prompts (default 0: every prompt)")
     args = parser.parse_args()
@@ -120,14 +124,17 @@ def main():
     caches = args.caches.split(",")
     by_length = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     alone = sorted(by_length[:args.alone] if args.alone else by_length)
+    paths = args.paths.split(",")
     for cache in caches:
-        texts, ids = run_demo(args, cache, prompts)
-        failures += compare(f"{cache} batch of {len(prompts)}", prompts, texts, ids, expected, tok)
+        for path in paths:
+            texts, ids = run_demo(args, cache, prompts, path)
+            failures += compare(f"{cache} {path} batch of {len(prompts)}", prompts, texts, ids,
+                                expected, tok)
         for i in alone:
             prompt = prompts[i]
             texts, ids = run_demo(args, cache, [prompt])
             failures += compare(f"{cache} alone", [prompt], texts, ids, [expected[i]], tok)
-    runs = len(caches) * (1 + len(alone))
+    runs = len(caches) * (len(paths) + len(alone))
     print(f"{runs} statickv-demo runs over {len(prompts)} prompts: "
           f"{'all equal transformers' if failures == 0 else f'{failures} failures'}")
     return 0 if failures == 0 else 1

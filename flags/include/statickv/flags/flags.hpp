@@ -185,7 +185,7 @@ inline void check_offload_flags(bool offload, const std::string& kv_dtype, const
   }
   if (path == "fused") {
     throw FlagError(
-        "--path: expected plain with --offload (the fused rotary write targets "
+        "--path: expected plain or auto with --offload (the fused rotary write targets "
         "device buffers) but got fused");
   }
   if (cache == "dynamic") {

@@ -18,12 +18,13 @@ namespace statickv::reference {
 /// How the decoder runs a layer (Note [fused decode path], docs/design.md).
 enum class DecodePath {
   kPlain,  ///< one op per step of the math, as Hugging Face writes it
-  kFused,  ///< fused RMSNorm, one q/k/v GEMM, one gate/up GEMM, residuals
+  kFused,  ///< one-kernel RMSNorm, one q/k/v GEMM, one gate/up GEMM, residuals
            ///< folded into the output GEMMs, rotary + cache write in one kernel
+  kAuto,   ///< fused wherever it applies (LlamaModel::resolve_path), else plain
 };
 
 const char* to_string(DecodePath path);
-/// "plain" or "fused"; throws c10::Error naming `flag` otherwise.
+/// "auto", "plain" or "fused"; throws c10::Error naming `flag` otherwise.
 DecodePath parse_decode_path(const std::string& name, const char* flag = "path");
 
 /// Where a forward pass keeps and reads keys and values.
@@ -65,7 +66,8 @@ void check_tokens(const char* name, const at::Tensor& t);
 /// Attention through a StaticCache or HybridCache: one prepare() per pass.
 /// With DecodePath::kFused, attend_rotary() writes through rotary_update()
 /// (one kernel for the rotation and the cache write); the constructor
-/// refuses a cache that path cannot serve (detail::check_rotary_config).
+/// refuses a cache that path cannot serve (detail::check_rotary_config),
+/// and auto (resolve it with LlamaModel::resolve_path).
 class CacheBackend final : public AttentionBackend {
  public:
   CacheBackend(Cache& cache, AttentionKernel kernel = AttentionKernel::kSdpa,

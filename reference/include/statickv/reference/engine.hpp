@@ -88,7 +88,7 @@ struct EngineSettings {
   KvStorage kv_storage = KvStorage::kCompute;
   /// Keep the cache's keys and values in host memory, two layers' worth
   /// staged on the device (CacheConfig::host_offload, Note [host offload]).
-  /// Takes the plain decoder path and compute storage.
+  /// Takes the plain decoder path (auto resolves to it) and compute storage.
   bool host_offload = false;
   /// Run every pass through a GraphRunner (batch buckets, prompt-length
   /// buckets, attended-length buckets). It replays CUDA graphs on a GPU and
@@ -129,7 +129,9 @@ struct EngineOptions : EngineSettings {
   /// Most prompt tokens a row feeds per pass (0 = the cache's max_chunk);
   /// at most the cache's max_chunk (prefill_chunk()).
   int64_t prefill_chunk = 0;
-  DecodePath path = DecodePath::kPlain;
+  /// The decoder layer (Note [fused decode path]): auto is fused where it
+  /// applies (LlamaModel::resolve_path); options() holds the one taken.
+  DecodePath path = DecodePath::kAuto;
   /// kDecode gets its own q = 1 runner whose step returns every token's
   /// logits ([b, 1, vocab]); false: kDecode runs through kPrefill's runner.
   bool decode_runner = false;

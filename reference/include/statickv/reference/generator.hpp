@@ -39,8 +39,9 @@ struct Rows;
 struct GenerateOptions : EngineSettings {
   int64_t max_new_tokens = 16;
   /// Static/hybrid caches: the decoder's plain or fused layer (Note [fused
-  /// decode path]); the dynamic cache takes only the plain one.
-  DecodePath path = DecodePath::kPlain;
+  /// decode path]), auto taking fused where it applies; the dynamic cache
+  /// takes only the plain one (auto resolves to it).
+  DecodePath path = DecodePath::kAuto;
   double temperature = 0.0;  ///< 0 = greedy
   int64_t top_k = 0;         ///< 0 = no top-k filter (sampling only)
   double top_p = 1.0;        ///< (0, 1]; 1 = no top-p filter (sampling only)
@@ -116,6 +117,8 @@ class Generator {
 
   /// True when the runners replay CUDA graphs.
   bool uses_graphs() const;
+  /// The decoder layer taken: options' path with auto resolved.
+  DecodePath path() const;
   /// The session's runner statistics so far (empty without bucketing).
   RunnerStats prefill_stats() const;
   RunnerStats decode_stats() const;

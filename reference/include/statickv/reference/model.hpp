@@ -72,11 +72,20 @@ class LlamaModel {
   /// This rank's plan (rank 0 of 1 in a single process).
   const TpPlan& tp_plan() const { return plan_; }
   /// Throws c10::Error naming `path` when this model cannot run on it: the
-  /// fused layer is Llama's (ModelConfig::fused_layer_applies) and does not
-  /// all-reduce (tensor parallelism).
+  /// fused layer does not all-reduce (tensor parallelism).
   void check_path(DecodePath path) const;
+  /// `path`, with auto made fused where the fused layer applies (a single
+  /// process, a cache of plain storage in device memory: `cache`) and plain
+  /// elsewhere (Note [fused decode path]).
+  DecodePath resolve_path(DecodePath path, const CacheConfig& cache) const;
 
  private:
+  /// The fused path's norm weights, each what rms_norm() multiplies by:
+  /// the weights themselves (Llama) or 1 + weight (Gemma), the query scale
+  /// folded into q_norm; undefined where the plain weight is undefined.
+  struct FusedNorms {
+    at::Tensor input_norm, post_norm, pre_ffn_norm, post_ffn_norm, q_norm, k_norm;
+  };
   struct Layer {
     at::Tensor input_norm, post_norm;           // [hidden]
     at::Tensor q_proj, k_proj, v_proj, o_proj;  // [out, in]
@@ -87,6 +96,7 @@ class LlamaModel {
     // Note [fused decode path]: the weights above are row views of these.
     at::Tensor qkv, qkv_bias;  // [(heads + 2 kv_heads) * head_dim, in]; bias or undefined
     at::Tensor gate_up;        // [2 * intermediate, in]
+    FusedNorms fused;
   };
   /// cos/sin of every layer type for one pass: [0] full (or every) layer,
   /// [1] sliding layers where their rope differs.
@@ -97,8 +107,13 @@ class LlamaModel {
   at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
   at::Tensor plain_layer(int64_t l, const at::Tensor& x, const Rotary& rotary,
                          AttentionBackend& backend) const;
-  void fused_layer(int64_t l, at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                   AttentionBackend& backend) const;
+  void fused_layer(int64_t l, at::Tensor& x, const Rotary& rotary, AttentionBackend& backend) const;
+  at::Tensor fused_attention(const Layer& layer, int64_t l, const at::Tensor& x,
+                             const at::Tensor& cos, const at::Tensor& sin,
+                             AttentionBackend& backend) const;
+  at::Tensor fused_mlp(const Layer& layer, const at::Tensor& h) const;
+  at::Tensor fused_norm_weight(const at::Tensor& weight, double scale = 1.0) const;
+  double query_factor() const;
   std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& positions,
                                          const at::Tensor& inv_freq) const;
   Rotary rotary(const at::Tensor& positions) const;
@@ -114,9 +129,9 @@ class LlamaModel {
 
   ModelConfig config_;
   Weights weights_;  // owns the tensors referenced below
-  at::Tensor embed_, final_norm_, lm_head_;
+  at::Tensor embed_, final_norm_, fused_final_norm_, lm_head_;
   std::vector<Layer> layers_;
-  at::Tensor inv_freq_;          // [head_dim / 2], float32
+  at::Tensor inv_freq_;          // [head_dim], float32: each frequency for both halves
   at::Tensor sliding_inv_freq_;  // the sliding layers' where ModelConfig::sliding_rope is set
   at::ScalarType dtype_;
   at::Device device_;

@@ -92,14 +92,6 @@ struct ModelConfig {
   const RopeConfig& layer_rope(int64_t layer) const {
     return sliding_rope && layer_type(layer) == LayerType::kSliding ? *sliding_rope : rope;
   }
-  /// Whether the fused layer (Note [fused decode path]) computes this
-  /// model's math: Llama's layer, with no q/k norm, sandwich norms, Gemma
-  /// norms, GELU, scale or soft-capping of its own.
-  bool fused_layer_applies() const {
-    return !qk_norm && !sandwich_norms && norm_style == NormStyle::kLlama &&
-           hidden_act == Activation::kSilu && !scale_embeddings && query_pre_attn_scalar == 0 &&
-           attn_logit_softcapping == 0 && final_logit_softcapping == 0;
-  }
   bool has_sliding() const {
     for (LayerType t : layer_types) {
       if (t == LayerType::kSliding) return true;

@@ -1,0 +1,76 @@
+// DecodeStep and count_decode_step()
+// (reference/include/statickv/reference/step_count.hpp).
+
+#include <statickv/reference/step_count.hpp>
+
+#include <algorithm>
+
+namespace statickv::reference {
+
+namespace {
+
+constexpr const char* kLayerRegion = "statickv::layer";  // LlamaModel::forward's
+
+// [batch, len] of first, first + 1, ... on `device`.
+at::Tensor counting(int64_t batch, int64_t len, int64_t first, const at::Device& device) {
+  return at::arange(first, first + len, at::TensorOptions().dtype(at::kLong))
+      .expand({batch, len})
+      .contiguous()
+      .to(device);
+}
+
+}  // namespace
+
+DecodeStep::DecodeStep(const LlamaModel& model, DecodePath path, int64_t batch, int64_t context)
+    : model_(model) {
+  TORCH_CHECK(path != DecodePath::kAuto, "path: expected plain or fused but got auto");
+  TORCH_CHECK(batch >= 1, "batch: expected >= 1 but got ", batch);
+  TORCH_CHECK(context >= 1, "context: expected >= 1 but got ", context);
+  c10::InferenceMode inference;
+  const at::Device device = model.device();
+  const CacheConfig config = model.cache_config(batch, context + 1);
+  if (model.config().has_sliding()) {
+    cache_ = std::make_unique<HybridCache>(config);
+  } else {
+    cache_ = std::make_unique<StaticCache>(config);
+  }
+  backend_ = std::make_unique<CacheBackend>(*cache_, AttentionKernel::kSdpa, path);
+  const int64_t vocab = model.config().vocab_size;
+  const int64_t chunk = cache_->config().effective_max_chunk();  // a ring's largest pass
+  for (int64_t first = 0; first < context; first += chunk) {
+    const int64_t len = std::min(chunk, context - first);
+    model.forward(counting(batch, len, first + 1, device).remainder(vocab),
+                  counting(batch, len, first, device), *backend_, -1, Logits::kNone);
+  }
+  ids_ = counting(batch, 1, 7, device).remainder(vocab);
+  positions_ = counting(batch, 1, context, device);
+}
+
+DecodeStep::~DecodeStep() = default;
+
+at::Tensor DecodeStep::device_step() {
+  c10::InferenceMode inference;
+  return model_.forward(ids_, positions_, *backend_, -1, Logits::kLast).argmax(-1);
+}
+
+at::Tensor DecodeStep::run() { return device_step().to(at::kCPU); }
+
+StepCount count_decode_step(const LlamaModel& model, DecodePath path, int64_t batch,
+                            int64_t context) {
+  DecodeStep step(model, path, batch, context);
+  step.run();
+  StepCount out;
+  {
+    OpCounter counter(model.device());
+    step.run();
+    out.counts = counter.counts();
+  }
+  out.layers = model.config().num_hidden_layers;
+  out.in_layers = out.counts.launches_in(kLayerRegion);
+  out.outside = out.counts.launches - out.in_layers;
+  out.host_copies = out.counts.host_copies;
+  out.syncs = out.counts.syncs;
+  return out;
+}
+
+}  // namespace statickv::reference
