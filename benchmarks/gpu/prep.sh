@@ -16,7 +16,10 @@
 #    left out) for the listed Python versions, into .devdeps/wheels, so
 #    run_gpu.sh can install transformers when the GPU machine's Python lacks
 #    it. About 28 MB plus 4 MB per extra Python version.
-# 3. Checks that the working tree plus .devdeps/ stays under 64 MiB, and
+# 3. The manifest, .devdeps/manifest.json: the commit and a hash of each
+#    stage's sources (benchmarks/gpu/stages.py), so run_gpu.sh skips every
+#    stage a committed summary under benchmarks/results/h200/ already holds.
+# 4. Checks that the working tree plus .devdeps/ stays under 64 MiB, and
 #    exits 1 when it does not.
 #
 # Then send .devdeps/ along with the working tree to the GPU machine and run
@@ -28,7 +31,7 @@ pyvers=""
 while (($#)); do
   case "$1" in
     --hf-wheels) pyvers=$2; shift ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "prep.sh: unknown flag $1" >&2; exit 2 ;;
   esac
   shift
@@ -87,6 +90,8 @@ if [ -n "$pyvers" ]; then
   done
   echo "wheels: $(ls .devdeps/wheels | wc -l) files, $(du -sh .devdeps/wheels | cut -f1)"
 fi
+
+python3 benchmarks/gpu/stages.py manifest .devdeps/manifest.json
 
 # What travels: every file git lists as tracked or as untracked and not
 # ignored (apparent sizes; files deleted from the tree are not sent), plus

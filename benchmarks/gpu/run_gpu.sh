@@ -49,14 +49,26 @@
 #               gpu_dry_run runs it and fails on any stage that fails
 #               (benchmarks/gpu/summaries.py check).
 #   --budget S  total seconds (default 420)
+#   --all       run every stage, even one a committed summary already holds
+#   --results-dir DIR
+#               the committed summaries (default benchmarks/results/h200):
+#               a stage whose source hash (benchmarks/gpu/stages.py, the
+#               manifest prep.sh wrote to .devdeps/manifest.json) matches a
+#               summary there that exited 0 is skipped as done, so a second
+#               attempt starts where the first stopped; the build is skipped
+#               when no stage is left
+# The dry run first prints each stage's tier and planned seconds
+# (stages.py plan; tiers 1-5 plan at most 420 s).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-dry=0 budget=420
+dry=0 budget=420 all=0 committed=$ROOT/benchmarks/results/h200
 while (($#)); do
   case "$1" in
     --dry-run) dry=1 ;;
     --budget) budget=$2; shift ;;
+    --all) all=1 ;;
+    --results-dir) committed=$2; shift ;;
     *) echo "run_gpu.sh: unknown flag $1" >&2; exit 2 ;;
   esac
   shift
@@ -105,10 +117,33 @@ summarize() {
     echo "== (could not write the summary of $*)"
   tar -C "$(dirname "$RES")" -czf "$OUT/gpu_results.tar.gz" "$(basename "$RES")" 2>/dev/null || true
 }
+# Each stage's source hash and whether a committed summary holds it
+# (benchmarks/gpu/stages.py status): "NAME HASH done WHERE" or "NAME HASH
+# pending", one line a stage.
+MANIFEST=$ROOT/.devdeps/manifest.json
+declare -A HASH=() DONE=()
+load_status() {
+  local name hash state where mode=()
+  ((dry)) && mode=(--dry-run)
+  while read -r name hash state where; do
+    HASH[$name]=$hash
+    [ "$state" = done ] && [ "$name" != build ] && ((!all)) && DONE[$name]=$where
+  done < <("$PY" benchmarks/gpu/stages.py status --results "$committed" --manifest "$MANIFEST" "${mode[@]}")
+  # hf_serving replays the trace the serving stage writes: serving runs
+  # again while hf_serving is left.
+  [ -z "${DONE[hf_serving]:-}" ] && unset 'DONE[serving]'
+  return 0
+}
 # stage NAME NEED MAX COMMAND...: runs COMMAND under timeout min(MAX, left - 10)
-# when at least NEED seconds are left; its output goes to results/gpu/NAME.txt.
+# when at least NEED seconds are left and no committed summary holds it;
+# its output goes to results/gpu/NAME.txt.
 stage() {
   local name=$1 need=$2 max=$3; shift 3
+  if [ -n "${DONE[$name]:-}" ]; then
+    echo "== $name: DONE (${DONE[$name]} holds its sources ${HASH[$name]}; --all runs it again)"
+    summarize --stage "$name" --skipped "done: ${DONE[$name]}" --sources-hash "${HASH[$name]}"
+    return 0
+  fi
   local l; l=$(left)
   if ((l < need)); then
     echo "== $name: SKIPPED ($l s left, needs $need)"
@@ -123,13 +158,19 @@ stage() {
   tail -n 40 "$RES/$name.txt"
   echo "== $name: exit $rc after $((SECONDS - t0)) s"
   summarize --stage "$name" --exit "$rc" --seconds "$((SECONDS - t0))" \
-    --result "$RES/$name.json" --log "$RES/$name.txt"
+    --result "$RES/$name.json" --log "$RES/$name.txt" --sources-hash "${HASH[$name]:-unknown}"
   return 0
 }
 
 main() {
 hf_python
-ENV_JSON=$("$PY" benchmarks/gpu/summaries.py env 2>/dev/null || echo '{}')
+envflags=(--manifest "$MANIFEST"); ((dry)) && envflags+=(--dry-run)
+ENV_JSON=$("$PY" benchmarks/gpu/summaries.py env "${envflags[@]}" 2>/dev/null || echo '{}')
+"$PY" benchmarks/gpu/stages.py plan
+load_status
+# The build is never done by itself: it runs while any other stage is left.
+pending=$(( ${#HASH[@]} - 1 - ${#DONE[@]} ))
+echo "== resume: ${#DONE[@]} stages done in $committed, $pending to run$( ((all)) && echo ' (--all)')"
 echo "== statickv GPU run $(date -u +%FT%TZ), budget ${budget}s, dry-run $dry: $ENV_JSON"
 git log -1 --format='commit %H %s' 2>/dev/null || true
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv 2>&1 | head -3
@@ -137,7 +178,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max
 command -v nvcc >/dev/null && nvcc --version | tail -1
 nproc
 
-if ((!dry)); then
+if ((!dry)) && ((pending == 0)); then
+  echo "== build: SKIPPED (every stage is done; --all runs them again)"
+elif ((!dry)); then
   echo "== build (benchmarks/gpu/build.sh)"
   t0=$SECONDS
   [ -d .devdeps/usr ] || { echo "no .devdeps/usr: run benchmarks/gpu/prep.sh on the CPU machine and send .devdeps/ along"; return 1; }
@@ -294,7 +337,7 @@ fi
 # CUDA), after everything else: the package is built against this machine's
 # torch first (a minute or two), and the stage runs only with time to spare.
 if "$PY" -c 'import transformers' 2>/dev/null && (($(left) > 200)); then
-  if ! "$PY" -c 'import statickv' 2>/dev/null; then
+  if [ -z "${DONE[hf_seeds]:-}" ] && ! "$PY" -c 'import statickv' 2>/dev/null; then
     echo "== building the Python package into /tmp/statickv-py"
     MAX_JOBS=$(nproc) timeout 150 "$PY" -m pip install -q --no-build-isolation --no-deps \
       --target /tmp/statickv-py . >"$RES/python_build.txt" 2>&1 &&

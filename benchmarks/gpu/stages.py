@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""The GPU run's stages (benchmarks/gpu/run_gpu.sh): each one's tier, its
+planned seconds, and the sources whose content decides its result, so a
+second attempt skips what a first one already measured (docs/gpu.md,
+"Resuming").
+
+  stages.py manifest OUT                 writes the manifest prep.sh sends
+                                         along: the commit and a hash of each
+                                         stage's sources
+  stages.py hash STAGE [--manifest M]    the stage's source hash (from the
+                                         manifest when given, else computed
+                                         from the working tree)
+  stages.py status --results DIR [--manifest M] [--dry-run]
+                                         one line a stage: NAME HASH done
+                                         WHERE, when a committed summary in
+                                         DIR (*.jsonl) ran it to exit 0 at
+                                         that hash (a dry run's summaries
+                                         count only for a dry run), else
+                                         NAME HASH pending
+  stages.py plan [--check SECONDS]       prints each stage's tier and planned
+                                         seconds; --check: exit 1 unless tiers
+                                         1-5 sum to at most SECONDS
+
+A stage's hash covers every file under its sources (paths relative to the
+repository root, directories walked, sorted) by path and content, plus the
+stage's name. The library, the reference decoder and the build files are
+in every stage's sources; each adds its own benchmark, tests or scripts.
+"""
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# What every stage's binary is built from.
+COMMON = ["CMakeLists.txt", "cmake", "include", "src", "reference", "flags",
+          "benchmarks/gpu/build.sh"]
+BENCH = ["benchmarks/CMakeLists.txt", "benchmarks/bench_util.hpp", "benchmarks/bench_model.hpp"]
+CUDA_TESTS = ["tests/CMakeLists.txt", "tests/cuda", "tests/support", "tests/support.hpp",
+              "tests/main.cpp"]
+HF = ["apps", "benchmarks/hf_compare.py"]
+
+# name: (tier, planned seconds, its own sources). Tiers (docs/gpu.md): 1 the
+# build and the [cuda] tests, 2 memcheck, 3 llama-3.2-1b decode, 4 against
+# transformers' compiled static cache, 5 context-length and ragged decode,
+# 6 the rest while time is left. Planned seconds: what the stage took on the
+# H200, or is expected to take, not its timeout.
+STAGES = {
+    "build": (1, 140, ["tests", "apps", "aoti", "benchmarks"]),
+    "cuda_tests": (1, 40, CUDA_TESTS),
+    "tp_cuda_tests": (1, 15, ["tests/CMakeLists.txt", "tests/reference/tp"]),
+    "memcheck": (2, 45, CUDA_TESTS),
+    "model_decode": (3, 60, BENCH + ["benchmarks/model_decode.cpp"]),
+    "hf_roofline": (4, 70, HF),
+    "context_length": (5, 40, BENCH + ["benchmarks/context_length.cpp"]),
+    "step_ops": (6, 60, BENCH + ["benchmarks/step_ops.cpp"]),
+    "model_decode_8b": (6, 45, BENCH + ["benchmarks/model_decode.cpp"]),
+    "offload": (6, 60, BENCH + ["benchmarks/offload.cpp"]),
+    "smollm2_decode_b8": (6, 30, BENCH + ["benchmarks/model_decode.cpp"]),
+    "smollm2_decode_b64": (6, 30, BENCH + ["benchmarks/model_decode.cpp"]),
+    "prompt_lengths": (6, 60, BENCH + ["benchmarks/prompt_lengths.cpp"]),
+    "write_cost": (6, 20, BENCH + ["benchmarks/write_cost.cpp"]),
+    "decode_step": (6, 20, BENCH + ["benchmarks/decode_step.cpp"]),
+    "memory": (6, 5, BENCH + ["benchmarks/memory.cpp"]),
+    "serving": (6, 60, BENCH + ["benchmarks/serving.cpp", "benchmarks/serving_trace.hpp"]),
+    "aoti": (6, 120, ["aoti", "python", "examples/aoti", "benchmarks/aoti.cpp",
+                      "benchmarks/gpu/aoti.sh", "tests/reference/hf/make_reference.py"]),
+    "hf_serving": (6, 90, ["benchmarks/hf_serving.py", "benchmarks/serving.cpp"]),
+    "hf_compare": (6, 180, HF),
+    "hf_seeds": (6, 180, ["python", "benchmarks/hf_compare.py"]),
+}
+
+
+def files_of(root, paths):
+    """Every file under `paths` (relative to root), sorted; missing ones skipped."""
+    out = []
+    for rel in paths:
+        p = root / rel
+        if p.is_file():
+            out.append(p)
+        elif p.is_dir():
+            out.extend(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts
+                       and not f.name.endswith((".pyc", ".so")) and ".egg-info" not in str(f))
+    return sorted(set(out))
+
+
+def source_hash(stage, root=ROOT):
+    if stage not in STAGES:
+        raise SystemExit(f"stages.py: expected a stage of {', '.join(STAGES)} but got {stage!r}")
+    h = hashlib.sha256(stage.encode())
+    for f in files_of(root, COMMON + STAGES[stage][2]):
+        h.update(str(f.relative_to(root)).encode() + b"\0")
+        h.update(f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def commit(root=ROOT):
+    try:
+        return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def manifest(root=ROOT):
+    return {"commit": commit(root), "stages": {s: source_hash(s, root) for s in STAGES}}
+
+
+def hash_of(stage, manifest_path):
+    """The manifest's hash of `stage`; where the working tree no longer
+    matches it (sources changed after prep.sh), the tree's, with a warning."""
+    live = source_hash(stage)
+    if manifest_path and Path(manifest_path).is_file():
+        sent = json.loads(Path(manifest_path).read_text()).get("stages", {}).get(stage)
+        if sent and sent != live:
+            print(f"stages.py: {stage}: the working tree's sources hash to {live}, not the "
+                  f"manifest's {sent} (changed after prep.sh); using {live}", file=sys.stderr)
+    return live
+
+
+def done(stage, results, want, dry_run=False):
+    """The committed summary that ran `stage` to exit 0 at hash `want` (a
+    dry run's only for a dry run), or None."""
+    for path in sorted(Path(results).glob("*.jsonl")):
+        for text in path.read_text().splitlines():
+            try:
+                line = json.loads(text)
+            except ValueError:
+                continue
+            if (line.get("stage") == stage and line.get("exit") == 0 and "skipped" not in line
+                    and line.get("sources_hash") == want
+                    and bool(line.get("dry_run", False)) == dry_run):
+                return path
+    return None
+
+
+def plan(check):
+    total = 0
+    for name, (tier, seconds, _) in STAGES.items():
+        print(f"tier {tier}  {seconds:4d} s  {name}")
+        if tier <= 5:
+            total += seconds
+    print(f"tiers 1-5: {total} s planned" + (f" (at most {check})" if check else ""))
+    return 1 if check and total > check else 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("manifest")
+    m.add_argument("out")
+    h = sub.add_parser("hash")
+    h.add_argument("stage")
+    h.add_argument("--manifest")
+    d = sub.add_parser("status")
+    d.add_argument("--results", required=True)
+    d.add_argument("--manifest")
+    d.add_argument("--dry-run", action="store_true")
+    p = sub.add_parser("plan")
+    p.add_argument("--check", type=int, default=0)
+    args = parser.parse_args()
+    if args.command == "manifest":
+        Path(args.out).write_text(json.dumps(manifest(), indent=1) + "\n")
+        print(f"wrote {args.out}")
+    elif args.command == "hash":
+        print(hash_of(args.stage, args.manifest))
+    elif args.command == "status":
+        for stage in STAGES:
+            want = hash_of(stage, args.manifest)
+            found = done(stage, args.results, want, args.dry_run)
+            print(f"{stage} {want} done {found}" if found else f"{stage} {want} pending")
+    else:
+        sys.exit(plan(args.check))
+
+
+if __name__ == "__main__":
+    main()
