@@ -89,7 +89,7 @@ Json graph_nodes(reference::DecodeStep& step, const at::Device& device) {
 // The operators of a layer, each per layer, most first.
 std::string layer_ops(const reference::StepCount& n) {
   std::vector<std::pair<int64_t, std::string>> ops;
-  const auto it = n.counts.launched.find("statickv::layer");
+  const auto it = n.counts.launched.find(reference::kLayerRegion);
   if (it == n.counts.launched.end()) return "";
   for (const auto& [name, count] : it->second) ops.push_back({count, name});
   std::sort(ops.rbegin(), ops.rend());

@@ -157,7 +157,7 @@ LlamaModel::LlamaModel(ModelConfig config, Weights weights, TpShard tp)
 
 void LlamaModel::check_path(DecodePath path) const {
   if (path != DecodePath::kFused) return;
-  TORCH_CHECK(!tp_.comm, "path: expected plain or auto with tp=", tp_.comm ? tp_.comm->world() : 1,
+  TORCH_CHECK(!tp_.comm, "path: expected plain or auto with tp=", tp_.comm->world(),
               " (the fused layer folds o_proj and down_proj into in-place GEMMs, which do not "
               "all-reduce) but got fused");
 }
@@ -279,7 +279,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& position
   const Rotary rot = rotary(positions);
   at::Tensor x = embed(ids);  // [b, q, hidden]
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
-    RECORD_USER_SCOPE("statickv::layer");  // OpCounter's region (Note [counted step])
+    RECORD_USER_SCOPE(kLayerRegion);
     if (fused) {
       fused_layer(l, x, rot, backend);
     } else {
@@ -325,9 +325,12 @@ at::Tensor LlamaModel::attention(const Layer& layer, int64_t l, const at::Tensor
 // row-parallel.
 at::Tensor LlamaModel::mlp(const Layer& layer, const at::Tensor& g) const {
   const at::Tensor gate = project(g, layer.gate_proj);
-  const at::Tensor act =
-      config_.hidden_act == Activation::kGeluTanh ? at::gelu(gate, "tanh") : at::silu(gate);
-  return reduce(project(act.mul(project(g, layer.up_proj)), layer.down_proj));
+  return reduce(project(activation(gate).mul(project(g, layer.up_proj)), layer.down_proj));
+}
+
+// The family's gate activation: SiLU, or Gemma's tanh-approximated GELU.
+at::Tensor LlamaModel::activation(const at::Tensor& gate) const {
+  return config_.hidden_act == Activation::kGeluTanh ? at::gelu(gate, "tanh") : at::silu(gate);
 }
 
 // float32 logits over the whole vocabulary on every rank.
@@ -437,10 +440,7 @@ at::Tensor LlamaModel::fused_attention(const Layer& layer, int64_t l, const at::
 at::Tensor LlamaModel::fused_mlp(const Layer& layer, const at::Tensor& h) const {
   const at::Tensor gate_up = project(h, layer.gate_up);
   const int64_t inter = config_.intermediate_size;
-  const at::Tensor gate = gate_up.narrow(-1, 0, inter);
-  const at::Tensor act =
-      config_.hidden_act == Activation::kGeluTanh ? at::gelu(gate, "tanh") : at::silu(gate);
-  return act.mul_(gate_up.narrow(-1, inter, inter));
+  return activation(gate_up.narrow(-1, 0, inter)).mul_(gate_up.narrow(-1, inter, inter));
 }
 
 }  // namespace statickv::reference

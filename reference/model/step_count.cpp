@@ -9,8 +9,6 @@ namespace statickv::reference {
 
 namespace {
 
-constexpr const char* kLayerRegion = "statickv::layer";  // LlamaModel::forward's
-
 // [batch, len] of first, first + 1, ... on `device`.
 at::Tensor counting(int64_t batch, int64_t len, int64_t first, const at::Device& device) {
   return at::arange(first, first + len, at::TensorOptions().dtype(at::kLong))
@@ -23,7 +21,6 @@ at::Tensor counting(int64_t batch, int64_t len, int64_t first, const at::Device&
 
 DecodeStep::DecodeStep(const LlamaModel& model, DecodePath path, int64_t batch, int64_t context)
     : model_(model) {
-  TORCH_CHECK(path != DecodePath::kAuto, "path: expected plain or fused but got auto");
   TORCH_CHECK(batch >= 1, "batch: expected >= 1 but got ", batch);
   TORCH_CHECK(context >= 1, "context: expected >= 1 but got ", context);
   c10::InferenceMode inference;

@@ -191,7 +191,7 @@ TEST_CASE("each family's decode step stays under its ceilings: launches, one cop
         const StepCount n = count_decode_step(model, path, batch, 6);
         const bool fused = path == DecodePath::kFused;
         INFO(c.shape << ", " << to_string(path) << ", batch " << batch
-                     << "\n  layers:" << top_launches(n.counts, "statickv::layer")
+                     << "\n  layers:" << top_launches(n.counts, kLayerRegion)
                      << "\n  outside:" << top_launches(n.counts, ""));
         CHECK(n.per_layer() <= (fused ? c.fused_per_layer : c.plain_per_layer));
         CHECK(n.outside <= (fused ? c.fused_outside : c.plain_outside));

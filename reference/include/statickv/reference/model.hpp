@@ -44,6 +44,10 @@ struct TpShard {
 #endif
 };
 
+/// The user scope forward() opens around each layer: OpCounter's region
+/// for the launches inside the layers (Note [counted step]).
+inline constexpr const char* kLayerRegion = "statickv::layer";
+
 class LlamaModel {
  public:
   /// Checks every expected parameter is present with its shape and dtype.
@@ -122,6 +126,7 @@ class LlamaModel {
   at::Tensor attention(const Layer& layer, int64_t l, const at::Tensor& h, const at::Tensor& cos,
                        const at::Tensor& sin, AttentionBackend& backend) const;
   at::Tensor mlp(const Layer& layer, const at::Tensor& g) const;
+  at::Tensor activation(const at::Tensor& gate) const;
   at::Tensor lm_head(const at::Tensor& x) const;
   /// Sums a row-parallel projection's partial outputs over the ranks.
   at::Tensor reduce(at::Tensor partial) const;
