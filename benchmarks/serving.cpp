@@ -13,6 +13,11 @@
 // Reported: throughput (requested tokens / makespan), time to first token
 // and per-token latency (p50, p99) over requests, and how many requests got
 // identical tokens from both.
+//
+// --sampling: the Scheduler also serves the trace with every other request
+// sampled (temperature 0.8, top_p 0.95, presence penalty 0.5) against all
+// greedy, --rounds times interleaved, and prints sampled / greedy
+// throughput (Note [sampling head]; use --rate 0 to measure capacity).
 
 #include "bench_model.hpp"
 #include "serving_trace.hpp"
@@ -36,7 +41,8 @@ struct Options {
   int64_t requests = 200, max_batch = 8, max_len = 512, prefill_chunk = 64, seed = 0;
   int64_t min_prompt = 4, max_prompt = 256, min_new = 4, max_new = 128;
   double rate = 20.0;
-  int threads = 0;
+  int threads = 0, rounds = 3;
+  bool sampling = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -58,6 +64,9 @@ Options parse(int argc, char** argv) {
   flags.add("--prefill-chunk N", &o.prefill_chunk, "continuous: prompt tokens per row per step",
             /*min=*/1);
   flags.add("--seed N", &o.seed, "trace and weights", /*min=*/0);
+  flags.add_switch("--sampling", &o.sampling,
+                   "also serve half the requests sampled against all greedy, interleaved");
+  flags.add("--rounds N", &o.rounds, "--sampling: interleaved runs per variant", /*min=*/1);
   add_threads_flag(flags, &o.threads);
   add_json_flag(flags, &o.json);
   flags.add("--trace-out FILE", &o.trace_out,
@@ -76,8 +85,16 @@ Options parse(int argc, char** argv) {
 }
 
 /// Continuous batching: submit each request when due, step while busy.
+/// The settings of a sampled request in --sampling's mix.
+reference::Sampling mixed_sampling(size_t i) {
+  reference::Sampling s;
+  s.temperature = 0.8, s.top_p = 0.95, s.presence_penalty = 0.5, s.seed = i;
+  return s;
+}
+
 std::vector<Served> run_continuous(reference::Scheduler& engine,
-                                   const std::vector<reference::TraceRequest>& trace) {
+                                   const std::vector<reference::TraceRequest>& trace,
+                                   bool half_sampled = false) {
   std::vector<Served> served(trace.size());
   size_t next = 0, done = 0;
   const auto start = ServeClock::now();
@@ -88,6 +105,7 @@ std::vector<Served> run_continuous(reference::Scheduler& engine,
       r.prompt = trace[next].prompt;
       r.max_new_tokens = trace[next].max_new_tokens;
       r.stop = std::vector<int64_t>{};
+      if (half_sampled && next % 2 == 1) r.sampling = mixed_sampling(next);
       r.arrival = due_at(start, trace[next].arrival);
       engine.submit(std::move(r));
     }
@@ -142,6 +160,25 @@ std::vector<Served> run_static(reference::Generator& generator,
     }
   }
   return served;
+}
+
+/// --sampling: all greedy against half sampled, interleaved; the ratio is
+/// sampled / greedy throughput (every request runs to its limit: no stop ids).
+Json compare_sampling(reference::Scheduler& engine,
+                      const std::vector<reference::TraceRequest>& trace, const Options& o,
+                      const at::Device& device) {
+  const std::vector<Stats> t = measure_interleaved(
+      {{"greedy", [&] { run_continuous(engine, trace); }},
+       {"sampled", [&] { run_continuous(engine, trace, /*half_sampled=*/true); }}},
+      device, o.rounds, /*calls=*/1, /*warmup=*/0);
+  const Stats ratio = paired_ratio(t[0], t[1]);
+  fmt::print(
+      "half sampled (t 0.8, top_p 0.95, presence 0.5) / all greedy throughput: {} ({} rounds; "
+      "makespan {:.2f} s greedy, {:.2f} s sampled)\n",
+      ratio_text(ratio), o.rounds, t[0].median, t[1].median);
+  return Json::object({{"greedy_makespan", to_json(t[0])},
+                       {"sampled_makespan", to_json(t[1])},
+                       {"sampled_over_greedy_throughput", to_json(ratio)}});
 }
 
 void write_trace(const std::string& path, const std::vector<reference::TraceRequest>& trace) {
@@ -212,7 +249,10 @@ int main(int argc, char** argv) try {
       "padded fraction {:.3f}, {} steps ({} with prefill), captures {}, replays {}\n",
       s.throughput > 0 ? c.throughput / s.throughput : 0.0, identical, trace.size(), es.occupancy(),
       es.padded_fraction(), es.steps, es.mixed_steps, es.runner.captures, es.runner.replays);
+  Json sampling;
+  if (o.sampling) sampling = compare_sampling(engine, trace, o, device);
   write_json(o.json, Json::object({{"benchmark", "serving"},
+                                   {"sampling", sampling},
                                    {"command", command_line(argc, argv)},
                                    {"environment", environment(device)},
                                    {"continuous", to_json(c)},

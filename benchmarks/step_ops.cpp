@@ -9,11 +9,15 @@
 // a real model instead. On CUDA it also counts the kernel, memcpy and
 // memset nodes of a captured step (forward and argmax) per path.
 //
+// With --time it also times the sampling head against the host sampler.
+//
 //   statickv_bench_step [--device D] [--dtype T] [--batch 1,16] [--time] ...
 
 #include "bench_model.hpp"
 
 #include <statickv/reference/step_count.hpp>
+
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <fmt/format.h>
 
@@ -38,6 +42,8 @@ struct Options {
 // attention and cache write included, and the step outside the layers.
 constexpr double kLayerGoal = 8;
 constexpr int64_t kOutsideGoal = 16;
+// Note [sampling head]: launches the head may add to a step.
+constexpr int64_t kHeadGoal = 12;
 
 struct Subject {
   std::string name;
@@ -86,17 +92,17 @@ Json graph_nodes(reference::DecodeStep& step, const at::Device& device) {
 }
 #endif
 
-// The operators of a layer, each per layer, most first.
-std::string layer_ops(const reference::StepCount& n) {
+// The operators launched in `region`, each per `per` (a layer), most first.
+std::string region_ops(const reference::StepCount& n, const std::string& region, int64_t per) {
   std::vector<std::pair<int64_t, std::string>> ops;
-  const auto it = n.counts.launched.find(reference::kLayerRegion);
+  const auto it = n.counts.launched.find(region);
   if (it == n.counts.launched.end()) return "";
   for (const auto& [name, count] : it->second) ops.push_back({count, name});
   std::sort(ops.rbegin(), ops.rend());
   std::string out;
   for (const auto& [count, name] : ops) {
     out += fmt::format("{}{} {:.4g}", out.empty() ? "" : ", ", name,
-                       static_cast<double>(count) / static_cast<double>(n.layers));
+                       static_cast<double>(count) / static_cast<double>(per));
   }
   return out;
 }
@@ -115,7 +121,7 @@ Json count_subject(const Subject& s, const std::vector<int64_t>& batches, int64_
       fmt::print("{:>6} {:>6} {:>10.4g} {:>8} {:>12.5g} {:>11} {:>6}\n", reference::to_string(path),
                  batch, n.per_layer(), n.outside, scaled, n.host_copies, n.syncs);
       if (batch == batches.front()) {
-        fmt::print("       per layer: {}\n", layer_ops(n));
+        fmt::print("       per layer: {}\n", region_ops(n, reference::kLayerRegion, n.layers));
       }
       Json row = {{"path", reference::to_string(path)},
                   {"batch", batch},
@@ -148,6 +154,49 @@ Json count_subject(const Subject& s, const std::vector<int64_t>& batches, int64_
   return rows;
 }
 
+// The settings the head's rows are counted with: what each stage costs.
+std::vector<std::pair<std::string, reference::Sampling>> head_settings() {
+  reference::Sampling greedy, sampled, scored;
+  sampled.temperature = 0.8, sampled.top_p = 0.95, sampled.presence_penalty = 0.5;
+  scored = sampled;
+  scored.top_k = 40, scored.min_p = 0.05, scored.repetition_penalty = 1.1;
+  scored.logit_bias = {{1, 2.0}}, scored.min_tokens = 2, scored.logprobs = 5;
+  return {{"greedy", greedy},
+          {"sampled (t 0.8, top_p 0.95, presence 0.5)", sampled},
+          {"everything (+ top_k, min_p, repetition, bias, min_tokens, logprobs 5)", scored}};
+}
+
+// Note [sampling head]: the launches the head adds to a step (over the
+// greedy step's one argmax), per settings and batch.
+Json count_head(const Subject& s, const std::vector<int64_t>& batches, const at::Device& device) {
+  Json rows = Json::array();
+  const int64_t vocab = s.model->config().vocab_size;
+  fmt::print("       sampling head, replacing the argmax (goal: adds <= {}):\n", kHeadGoal);
+  for (const auto& [name, settings] : head_settings()) {
+    for (int64_t batch : batches) {
+      const reference::StepCount n = reference::count_head_pick(vocab, batch, settings, device);
+      // What CUDA runs (on the CPU the sampled rows' draw is one fused kernel).
+      const reference::StepCount c =
+          reference::count_head_pick(vocab, batch, settings, device, /*fused_cpu=*/false);
+      fmt::print(
+          "       {:<72} batch {:>3}: {:>3} launches (adds {:>3}; composition {:>3}), {} host "
+          "copy, {} syncs\n",
+          name, batch, n.outside, n.outside - 1, c.outside, n.host_copies, n.syncs);
+      if (batch == batches.front() && n.outside > 1) {
+        fmt::print("         {}\n", region_ops(n, "", 1));
+      }
+      rows.push_back({{"settings", name},
+                      {"batch", batch},
+                      {"launches", n.outside},
+                      {"added", n.outside - 1},
+                      {"composition_launches", c.outside},
+                      {"host_copies", n.host_copies},
+                      {"syncs", n.syncs}});
+    }
+  }
+  return rows;
+}
+
 // Plain against fused per batch, interleaved: ms per step and plain/fused.
 Json time_subject(const Subject& s, const std::vector<int64_t>& batches, const Options& o,
                   const at::Device& device) {
@@ -167,6 +216,48 @@ Json time_subject(const Subject& s, const std::vector<int64_t>& batches, const O
                     {"plain", to_json(t[0])},
                     {"fused", to_json(t[1])},
                     {"plain_over_fused", to_json(ratio)}});
+  }
+  return rows;
+}
+
+// Note [sampling head]: the head against the host sampler it replaced, on
+// the same logits [batch, vocab], every row sampled (temperature 0.8, top_p
+// 0.95): the host sampler filters and draws each row on the CPU from a
+// seeded generator; the head picks every row at once and copies the ids once.
+Json time_head(const Subject& s, const std::vector<int64_t>& batches, const Options& o,
+               const at::Device& device) {
+  Json rows = Json::array();
+  const int64_t vocab = s.model->config().vocab_size;
+  fmt::print("\n{}: sampling every row (t 0.8, top_p 0.95), vocab {}\n", s.name, vocab);
+  reference::Sampling sampled;
+  sampled.temperature = 0.8, sampled.top_p = 0.95;
+  for (int64_t batch : batches) {
+    reference::SamplingHeadOptions h;
+    h.max_batch = batch, h.vocab_size = vocab, h.device = device;
+    reference::SamplingHead head(h);
+    for (int64_t r = 0; r < batch; ++r) head.set_row(r, sampled, {}, {});
+    const at::Tensor logits = at::randn({batch, vocab}, at::TensorOptions().device(device));
+    const std::vector<bool> takes(static_cast<size_t>(batch), true);
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(0);
+    const auto host = [&] {
+      for (int64_t r = 0; r < batch; ++r) {
+        reference::host_sample_tokens(logits[r].unsqueeze(0), 0.8, 0, 0.95, generator)
+            .item<int64_t>();
+      }
+    };
+    const auto on_device = [&] {
+      head.pick(logits, takes);
+      head.fetch(batch);
+    };
+    const std::vector<Stats> t = measure_interleaved({{"host", host}, {"head", on_device}}, device,
+                                                     o.rounds, o.calls, /*warmup=*/2);
+    const Stats ratio = paired_ratio(t[0], t[1]);
+    fmt::print("batch {:>3}: host sampler {:.3f} ms, head {:.3f} ms, host/head {}\n", batch,
+               t[0].median * 1e3, t[1].median * 1e3, ratio_text(ratio));
+    rows.push_back({{"batch", batch},
+                    {"host", to_json(t[0])},
+                    {"head", to_json(t[1])},
+                    {"host_over_head", to_json(ratio)}});
   }
   return rows;
 }
@@ -225,7 +316,11 @@ int main(int argc, char** argv) try {
   for (const Subject& s : subjects) {
     Json entry = Json::object({{"model", s.name}, {"layers", s.model->config().num_hidden_layers}});
     entry["counts"] = count_subject(s, batches, o.context, device);
-    if (o.time) entry["time"] = time_subject(s, batches, o, device);
+    entry["head"] = count_head(s, batches, device);
+    if (o.time) {
+      entry["time"] = time_subject(s, batches, o, device);
+      entry["head_time"] = time_head(s, batches, o, device);
+    }
     json["subjects"].push_back(entry);
   }
   write_json(o.json, json);

@@ -235,6 +235,8 @@ if ((dry)); then
   smollm2=(--shape tiny --dtype fp32 --context 32 --max-len 64 --rounds 2 --calls 2)
   offload=(--shape tiny --dtype fp32 --cells 1x64,2x32 --rounds 2 --calls 1)
   serving=(--shape tiny --requests 20 --rate 50 --max-len 256 --max-prompt 64 --max-new 32)
+  sampled=(--shape tiny --requests 16 --rate 0 --max-batch 16 --max-len 256 --max-prompt 64
+           --max-new 32 --sampling --rounds 1)
 else
   # --fused: every variant beside its fused twin, and the kernels of a
   # captured batch-1 step per path (issue 15).
@@ -263,6 +265,9 @@ else
   offload=(--shape llama-3.1-8b --dtype bf16 --rounds 5 --calls 2)
   serving=(--shape llama-3.2-1b --dtype bf16 --requests 200 --rate 30 --max-batch 16 --max-len 1024
            --max-prompt 512 --max-new 256)
+  # Note [sampling head]: half the requests sampled against all greedy, batch 16, capacity.
+  sampled=(--shape llama-3.2-1b --dtype bf16 --requests 64 --rate 0 --max-batch 16 --max-len 1024
+           --max-prompt 256 --max-new 128 --sampling --rounds 3)
 fi
 have "$B/statickv_bench_model" &&
   stage model_decode 40 75 "$B/statickv_bench_model" --device "$DEV" "${model[@]}" --json "$RES/model_decode.json"
@@ -309,6 +314,9 @@ have "$B/statickv_bench_memory" &&
 have "$B/statickv_bench_serving" &&
   stage serving 40 120 "$B/statickv_bench_serving" --device "$DEV" "${serving[@]}" --json "$RES/serving.json" \
     --trace-out "$RES/serving_trace.json"
+have "$B/statickv_bench_serving" &&
+  stage serving_sampled 60 120 "$B/statickv_bench_serving" --device "$DEV" "${sampled[@]}" \
+    --json "$RES/serving_sampled.json"
 
 # An AOTInductor package (compiled here, for this device; its checkpoint is
 # made by transformers) vs the reference decoder.

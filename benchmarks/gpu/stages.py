@@ -67,6 +67,7 @@ STAGES = {
     "decode_step": (6, 20, BENCH + ["benchmarks/decode_step.cpp"]),
     "memory": (6, 5, BENCH + ["benchmarks/memory.cpp"]),
     "serving": (6, 60, BENCH + ["benchmarks/serving.cpp", "benchmarks/serving_trace.hpp"]),
+    "serving_sampled": (6, 60, BENCH + ["benchmarks/serving.cpp", "benchmarks/serving_trace.hpp"]),
     "aoti": (6, 120, ["aoti", "python", "examples/aoti", "benchmarks/aoti.cpp",
                       "benchmarks/gpu/aoti.sh", "tests/reference/hf/make_reference.py"]),
     "hf_serving": (6, 90, ["benchmarks/hf_serving.py", "benchmarks/serving.cpp"]),

@@ -6,7 +6,7 @@
 #include <statickv/reference/engine.hpp>
 #include <statickv/reference/generator.hpp>
 
-#include "sampling.hpp"
+#include <statickv/reference/sampling.hpp>
 
 #include <ATen/ATen.h>
 
@@ -14,22 +14,6 @@
 #include <vector>
 
 namespace statickv::reference::detail {
-
-// Picks the next token of each row from logits [b, vocab] (float32, any
-// device). Greedy picks on the device and copies b ids back; sampling draws
-// on the host from the seeded CPU generator, so it is reproducible anywhere.
-inline std::vector<int64_t> pick(const at::Tensor& logits, const GenerateOptions& options,
-                                 at::Generator& generator) {
-  at::Tensor chosen;
-  if (options.temperature <= 0.0) {
-    chosen = logits.argmax(-1).cpu();
-  } else {
-    chosen =
-        detail::sample_tokens(logits, options.temperature, options.top_k, options.top_p, generator);
-  }
-  return std::vector<int64_t>(chosen.data_ptr<int64_t>(),
-                              chosen.data_ptr<int64_t>() + chosen.numel());
-}
 
 /// What one generate() call keeps per row: the tokens so far, whether the
 /// row is done, and (record_logits) each token's logits.
@@ -57,6 +41,7 @@ struct Call {
   int64_t new_tokens;
   at::Generator generator;
   const TokenCallback& on_token;
+  SamplingHead* head = nullptr;  // every row's pick (Note [sampling head]); set by Generator::run
 
   at::Tensor forward(Pass pass, const StepInputs& in, Logits which) const {
     if (engine) return engine->run(pass, in, which);
@@ -81,13 +66,17 @@ struct Call {
     if (on_token) on_token(static_cast<int64_t>(r), token, rows.done[r]);
   }
 
-  /// Records each live row's next token from logits [b, vocab].
+  /// Records each live row's next token from logits [b, vocab]: the
+  /// sampling head picks on the device and one copy brings every id back.
   void accept(Rows& rows, const at::Tensor& row_logits) {
-    const std::vector<int64_t> next = pick(row_logits, options, generator);
+    std::vector<bool> takes(rows.done.size());
+    for (size_t r = 0; r < takes.size(); ++r) takes[r] = !rows.done[r];
+    head->pick(row_logits, takes);
+    const std::vector<Picked> next = head->fetch(static_cast<int64_t>(takes.size()));
     const at::Tensor kept = options.record_logits ? row_logits.cpu() : at::Tensor();
     for (size_t r = 0; r < rows.done.size(); ++r) {
       if (!rows.done[r])
-        emit(rows, r, next[r], kept.defined() ? kept[static_cast<int64_t>(r)] : kept);
+        emit(rows, r, next[r].token, kept.defined() ? kept[static_cast<int64_t>(r)] : kept);
     }
   }
 };

@@ -59,7 +59,11 @@ StepInputs StepPacker::take() {
 at::Tensor run_pass(const LlamaModel& model, GraphRunner* runner, AttentionBackend& backend,
                     const StepInputs& in, Logits which) {
   const at::Device device = model.device();
-  const at::Tensor ids = in.ids.to(device), pos = in.positions.to(device);
+  // On the CPU the host inputs are used as they are: no copy at all.
+  const auto on_device = [&](const at::Tensor& t) {
+    return t.device() == device ? t : t.to(device);
+  };
+  const at::Tensor ids = on_device(in.ids), pos = on_device(in.positions);
   if (runner) return runner->run({ids, pos}, in.attend)[0];
   return model.forward(ids, pos, backend, in.attend, which);
 }

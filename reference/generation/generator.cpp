@@ -36,11 +36,23 @@ struct Generator::State {
   GenerateOptions options;
   int64_t max_batch;
   int64_t max_len;
-  int64_t chunk;                   // most prompt tokens per prefill pass
-  std::unique_ptr<Engine> engine;  // static/hybrid caches; none for dynamic
+  int64_t chunk;                       // most prompt tokens per prefill pass
+  std::unique_ptr<Engine> engine;      // static/hybrid caches; none for dynamic
+  std::unique_ptr<SamplingHead> head;  // every row's pick (Note [sampling head])
 };
 
 namespace {
+
+/// Row r's settings: the call's, seeded with seed + r, so a prompt draws
+/// what it draws alone (row 0) with that seed, here or in a Scheduler.
+Sampling row_sampling(const GenerateOptions& o, int64_t r) {
+  Sampling s;
+  s.temperature = o.temperature;
+  s.top_k = o.top_k;
+  s.top_p = o.top_p;
+  s.seed = o.seed + static_cast<uint64_t>(r);
+  return s;
+}
 
 /// Speculation's options against the model and the cache kind (before any
 /// cache exists); max_chunk is checked once the cache is built.
@@ -63,7 +75,7 @@ void check_options(const GenerateOptions& o, const LlamaModel& model, int64_t ma
   TORCH_CHECK(max_batch >= 1, "max_batch: expected >= 1 but got ", max_batch);
   TORCH_CHECK(max_len >= 2, "max_len: expected >= 2 but got ", max_len);
   TORCH_CHECK(o.max_new_tokens >= 1, "max_new_tokens: expected >= 1 but got ", o.max_new_tokens);
-  detail::check_sampling(o.temperature, o.top_k, o.top_p);
+  check_sampling(row_sampling(o, 0), model.config().vocab_size);
   TORCH_CHECK(o.cache != CacheKind::kStatic || !model.config().has_sliding(),
               "cache: expected hybrid or dynamic for a model with sliding-window layers but got "
               "static");
@@ -77,10 +89,16 @@ void check_options(const GenerateOptions& o, const LlamaModel& model, int64_t ma
 
 Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t max_batch,
                      int64_t max_len)
-    : state_(new State{model, std::move(options), max_batch, max_len, 0, {}}) {
+    : state_(new State{model, std::move(options), max_batch, max_len, 0, {}, {}}) {
   c10::InferenceMode inference;
   State& s = *state_;
   check_options(s.options, model, max_batch, max_len);
+  SamplingHeadOptions head;
+  head.max_batch = max_batch;
+  head.vocab_size = model.config().vocab_size;
+  head.device = model.device();
+  head.max_logprobs = 0;
+  s.head = std::make_unique<SamplingHead>(head);
   s.chunk = s.options.prefill_chunk > 0 ? std::min(s.options.prefill_chunk, max_len) : max_len;
   if (s.options.cache == CacheKind::kDynamic) return;
   EngineOptions e;
@@ -314,9 +332,13 @@ GenerateResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     }
     for (const int64_t len : lens) result.prefilled_tokens += len;
     result.prefilled_tokens -= result.restored_tokens;
-    Call call{s.model, s.options,  s.engine.get(),
-              backend, new_tokens, at::make_generator<at::CPUGeneratorImpl>(s.options.seed),
-              on_token};
+    Call call{s.model,  s.options,   s.engine.get(),
+              backend,  new_tokens,  at::make_generator<at::CPUGeneratorImpl>(s.options.seed),
+              on_token, s.head.get()};
+    for (size_t r = 0; r < prompts.size(); ++r) {
+      s.head->set_row(static_cast<int64_t>(r), row_sampling(s.options, static_cast<int64_t>(r)),
+                      prompts[r], {});
+    }
     const at::Device device = s.model.device();
     auto start = Clock::now();
     call.accept(rows, prefill(call, prompts, lens, s.chunk, result.restored_tokens));

@@ -94,7 +94,8 @@ Drafts model_drafts(Call& call, const Rows& rows, const std::vector<std::vector<
     if (greedy) {
       next = logits.argmax(-1).cpu();
     } else {
-      p = sampling_probs(logits, call.options.temperature, call.options.top_k, call.options.top_p);
+      p = host_sampling_probs(logits, call.options.temperature, call.options.top_k,
+                              call.options.top_p);
       next = at::multinomial(p, 1, false, call.generator).view(-1);
     }
     for (size_t r = 0; r < b; ++r) {
@@ -137,8 +138,8 @@ Verdict judge(Call& call, const at::Tensor& logits, const std::vector<int64_t>& 
     return verify_greedy(drafts,
                          std::vector<int64_t>(greedy_ids.begin(), greedy_ids.begin() + n + 1));
   }
-  const at::Tensor p = sampling_probs(logits.narrow(0, 0, n + 1), call.options.temperature,
-                                      call.options.top_k, call.options.top_p);
+  const at::Tensor p = host_sampling_probs(logits.narrow(0, 0, n + 1), call.options.temperature,
+                                           call.options.top_k, call.options.top_p);
   return verify_sampled(drafts, p, q, call.generator);
 }
 

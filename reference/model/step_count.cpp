@@ -70,4 +70,31 @@ StepCount count_decode_step(const LlamaModel& model, DecodePath path, int64_t ba
   return out;
 }
 
+StepCount count_head_pick(int64_t vocab, int64_t batch, const Sampling& s, const at::Device& device,
+                          bool fused_cpu) {
+  c10::InferenceMode inference;
+  SamplingHeadOptions o;
+  o.max_batch = batch;
+  o.vocab_size = vocab;
+  o.device = device;
+  o.fused_cpu = fused_cpu;
+  SamplingHead head(o);
+  for (int64_t r = 0; r < batch; ++r) head.set_row(r, s, {1, 2, 3}, {0});
+  const at::Tensor logits = at::randn({batch, vocab}, at::TensorOptions().device(device));
+  const std::vector<bool> takes(static_cast<size_t>(batch), true);
+  head.pick(logits, takes);
+  head.fetch(batch);
+  StepCount out;
+  {
+    OpCounter counter(device);
+    head.pick(logits, takes);
+    head.fetch(batch);
+    out.counts = counter.counts();
+  }
+  out.outside = out.counts.launches;
+  out.host_copies = out.counts.host_copies;
+  out.syncs = out.counts.syncs;
+  return out;
+}
+
 }  // namespace statickv::reference

@@ -3,7 +3,7 @@
 // mirror the target cache's rows (RowTable applies every row operation to
 // both).
 
-#include "../generation/sampling.hpp"
+#include <statickv/reference/sampling.hpp>
 #include "state.hpp"
 
 #include <algorithm>
@@ -70,8 +70,8 @@ Drafts model_drafts(RowTable& table, Engine& engine, int64_t k) {
       int64_t next = greedy[static_cast<int64_t>(r)].item<int64_t>();
       if (s.temperature > 0.0) {
         // The row's own generator: its draws depend on no other row.
-        const at::Tensor p = detail::sampling_probs(logits[static_cast<int64_t>(r)].view({1, -1}),
-                                                    s.temperature, s.top_k, s.top_p);
+        const at::Tensor p = host_sampling_probs(logits[static_cast<int64_t>(r)].view({1, -1}),
+                                                 s.temperature, s.top_k, s.top_p);
         next = at::multinomial(p, 1, false, row.generator).item<int64_t>();
         probs[r].push_back(p[0]);
       }

@@ -3,7 +3,7 @@
 
 #include "state.hpp"
 
-#include "../generation/sampling.hpp"
+#include <statickv/reference/sampling.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
@@ -50,7 +50,28 @@ void check_ids(const char* field, const std::vector<int64_t>& ids, int64_t vocab
 
 }  // namespace
 
-Active checked_request(Request request, const ModelConfig& model, int64_t max_len) {
+/// What the head alone does (penalties, bias, min_tokens, min_p,
+/// log-probabilities) is refused under speculation, whose verification
+/// judges drafts on the host.
+void check_speculation(const Request& r, int64_t speculate) {
+  if (speculate == 0) return;
+  const Sampling& s = r.sampling;
+  const auto refuse = [&](bool used, const char* field) {
+    TORCH_CHECK(!used, field, ": expected its default with speculate=", speculate,
+                " (speculative verification samples on the host) but got another value");
+  };
+  refuse(s.min_p != 0.0, "min_p");
+  refuse(s.repetition_penalty != 1.0, "repetition_penalty");
+  refuse(s.presence_penalty != 0.0, "presence_penalty");
+  refuse(s.frequency_penalty != 0.0, "frequency_penalty");
+  refuse(!s.logit_bias.empty(), "logit_bias");
+  refuse(s.min_tokens != 0, "min_tokens");
+  refuse(s.logprobs != -1, "logprobs");
+  refuse(r.prompt_logprobs != -1, "prompt_logprobs");
+}
+
+Active checked_request(Request request, const ModelConfig& model, int64_t max_len,
+                       const SamplingHeadOptions& head, int64_t speculate) {
   TORCH_CHECK(!request.id.empty(), "id: expected a non-empty id but got an empty one");
   const int64_t len = static_cast<int64_t>(request.prompt.size());
   TORCH_CHECK(len >= 1, "prompt: expected at least one token but got none");
@@ -62,26 +83,22 @@ Active checked_request(Request request, const ModelConfig& model, int64_t max_le
               "max_new_tokens: expected prompt length + max_new_tokens <= max_len=", max_len,
               " but got ", len, " + ", request.max_new_tokens);
   const Sampling& s = request.sampling;
-  detail::check_sampling(s.temperature, s.top_k, s.top_p);
+  check_sampling(s, model.vocab_size, head.max_bias, head.max_logprobs);
+  TORCH_CHECK(request.prompt_logprobs >= -1 && request.prompt_logprobs <= head.max_logprobs,
+              "prompt_logprobs: expected -1 (none) or 0..", head.max_logprobs,
+              " alternatives but got ", request.prompt_logprobs);
+  check_speculation(request, speculate);
   if (request.stop) check_ids("stop", *request.stop, model.vocab_size);
 
   Active active;
   active.stop = request.stop ? *request.stop : model.eos_token_ids;
+  TORCH_CHECK(s.min_tokens == 0 || static_cast<int64_t>(active.stop.size()) <= head.max_stop,
+              "stop: expected at most ", head.max_stop, " ids with min_tokens > 0 but got ",
+              active.stop.size());
   active.arrival = request.arrival.value_or(ServeClock::now());
-  if (request.sampling.temperature > 0.0) {
-    active.generator = at::make_generator<at::CPUGeneratorImpl>(request.sampling.seed);
-  }
+  if (s.temperature > 0.0) active.generator = at::make_generator<at::CPUGeneratorImpl>(s.seed);
   active.request = std::move(request);
   return active;
-}
-
-int64_t pick_token(Active& row, const at::Tensor& logits, int64_t greedy) {
-  const Sampling& s = row.request.sampling;
-  if (s.temperature <= 0.0) return greedy;
-  // Generator's sampling on a one-row batch [1, vocab], so a request draws
-  // what generating it alone with the same seed draws.
-  return detail::sample_tokens(logits.view({1, -1}), s.temperature, s.top_k, s.top_p, row.generator)
-      .item<int64_t>();
 }
 
 Completion complete(Active& row, Finish finish, ServeClock::time_point now) {
@@ -90,6 +107,8 @@ Completion complete(Active& row, Finish finish, ServeClock::time_point now) {
   c.id = row.request.id;
   c.finish = finish;
   c.tokens = std::move(row.tokens);
+  c.logprobs = std::move(row.logprobs);
+  c.prompt_logprobs = std::move(row.prompt_logprobs);
   const bool admitted = row.admitted != ServeClock::time_point{};
   c.stats.queue_seconds = Seconds((admitted ? row.admitted : now) - row.arrival).count();
   c.stats.total_seconds = Seconds(now - row.arrival).count();

@@ -16,6 +16,7 @@ at::Tensor row_index(std::vector<int64_t> rows) {
 
 void RowTable::copy_row(size_t from, size_t to) {
   for (Cache* c : caches_) c->copy_row(static_cast<int64_t>(from), static_cast<int64_t>(to));
+  head_->copy_row(static_cast<int64_t>(from), static_cast<int64_t>(to));
   ++copies_;
 }
 
@@ -40,6 +41,9 @@ void RowTable::admit(Active request) {
   } else {
     rows_.push_back(std::move(request));  // the row past the live prefix: fresh
   }
+  const Active& admitted = rows_[prefilling_];
+  head_->set_row(static_cast<int64_t>(prefilling_), admitted.request.sampling,
+                 admitted.request.prompt, admitted.stop);
   ++prefilling_;
 }
 
@@ -59,6 +63,7 @@ void RowTable::regroup() {
   if (!identity) {
     const at::Tensor index = row_index(order);
     for (Cache* c : caches_) c->reorder(index);  // row i becomes old row order[i], i < prefilling
+    head_->reorder(index);
     copies_ += static_cast<int64_t>(order.size());
     std::vector<Active> moved;
     for (int64_t r : order) moved.push_back(std::move(rows_[static_cast<size_t>(r)]));

@@ -26,8 +26,9 @@ using serving_detail::RowTable;
 struct Scheduler::State {
   const LlamaModel& model;
   SchedulerOptions options;
-  std::unique_ptr<Engine> engine;   // the cache, backends and runners (draft model's too)
-  std::unique_ptr<RowTable> table;  // rows()[r] lives in cache row r
+  std::unique_ptr<Engine> engine;      // the cache, backends and runners (draft model's too)
+  std::unique_ptr<SamplingHead> head;  // every row's pick, on the cache's device
+  std::unique_ptr<RowTable> table;     // rows()[r] lives in cache row r
   std::unique_ptr<serving_detail::PrefixPool> prefix;  // null: the prefix cache is off
   std::deque<Active> waiting;
   std::vector<Completion> finished;
@@ -79,7 +80,7 @@ SchedulerOptions resolved(SchedulerOptions o) {
 }  // namespace
 
 Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions options)
-    : state_(new State{model, resolved(std::move(options)), {}, {}, {}, {}, {}}) {
+    : state_(new State{model, resolved(std::move(options)), {}, {}, {}, {}, {}, {}, {}}) {
   c10::InferenceMode inference;
   State& s = *state_;
   const SchedulerOptions& o = s.options;
@@ -97,7 +98,12 @@ Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions options)
   e.prefill_chunk = o.prefill_chunk;
   s.engine = std::make_unique<Engine>(model, e);
   s.options.attend_buckets = s.engine->options().attend_buckets;  // options() shows the default
-  s.table = std::make_unique<RowTable>(s.engine->cache(), s.engine->draft_cache());
+  SamplingHeadOptions head;
+  head.max_batch = o.max_batch;
+  head.vocab_size = model.config().vocab_size;
+  head.device = model.device();
+  s.head = std::make_unique<SamplingHead>(head);
+  s.table = std::make_unique<RowTable>(s.engine->cache(), s.engine->draft_cache(), *s.head);
   s.stats.max_batch = o.max_batch;
   if (o.prefix_cache_bytes != 0) {
     const Cache& cache = s.engine->cache();
@@ -154,7 +160,7 @@ bool is_stop(const Active& row, int64_t token) {
   return std::find(row.stop.begin(), row.stop.end(), token) != row.stop.end();
 }
 
-/// Gives `row` its next token from its logits [vocab] and marks it done
+/// Gives `row` its next token and marks it done
 /// when the token is a stop id or the last one it may have.
 void emit(Active& row, int64_t token, ServeClock::time_point now) {
   if (row.tokens.empty()) row.first_token = now;
@@ -167,15 +173,48 @@ void emit(Active& row, int64_t token, ServeClock::time_point now) {
   }
 }
 
-void accept(Active& row, const at::Tensor& logits, int64_t greedy, ServeClock::time_point now) {
-  emit(row, serving_detail::pick_token(row, logits, greedy), now);
+/// Emits the head's pick for `row`, with its log-probability when asked.
+void accept(Active& row, Picked& picked, ServeClock::time_point now) {
+  if (row.request.sampling.logprobs >= 0) row.logprobs.push_back(std::move(picked.logprob));
+  emit(row, picked.token, now);
+}
+
+/// The rows of the prefill call whose prompt ends in it: they take a token.
+std::vector<bool> prompt_ends(const RowTable& table, const std::vector<int64_t>& fed, int64_t b) {
+  std::vector<bool> takes(static_cast<size_t>(b));
+  for (size_t r = 0; r < takes.size(); ++r) {
+    const Active& row = table.rows()[r];
+    takes[r] = fed[r] > 0 && row.prompt_done + fed[r] == row.prompt_len();
+  }
+  return takes;
+}
+
+/// Each prompt_logprobs row's log-probabilities of the prompt tokens after
+/// its chunk's positions, from every position's logits [b, q, vocab].
+void record_prompt_logprobs(RowTable& table, const std::vector<int64_t>& fed,
+                            const at::Tensor& logits) {
+  for (int64_t r = 0; r < logits.size(0); ++r) {
+    Active& row = table.rows()[static_cast<size_t>(r)];
+    if (row.request.prompt_logprobs < 0 || fed[r] == 0) continue;
+    std::vector<int64_t> next;
+    for (int64_t g = row.prompt_done + 1; g < row.prompt_done + fed[r] + 1 && g < row.prompt_len();
+         ++g) {
+      next.push_back(row.request.prompt[static_cast<size_t>(g)]);
+    }
+    if (next.empty()) continue;
+    const auto n = static_cast<int64_t>(next.size());
+    for (TokenLogprob& p : SamplingHead::prompt_logprobs(logits[r].narrow(0, 0, n), next,
+                                                         row.request.prompt_logprobs)) {
+      row.prompt_logprobs.push_back(std::move(p));
+    }
+  }
 }
 
 /// The decode rows' call: q = 1, or under speculation each row's newest
 /// token and its drafts (q = speculate + 1).
 struct DecodeCall {
   at::Tensor logits;                         // [b, vocab], or [b, k + 1, vocab]
-  at::Tensor greedy;                         // argmax ids (host): [b], or [b, k + 1]
+  at::Tensor greedy;                         // speculation: argmax ids (host) [b, k + 1]
   std::vector<std::vector<int64_t>> drafts;  // per row, speculation only
   std::vector<at::Tensor> q;                 // per row, a sampled row's draft-model q
 };
@@ -215,6 +254,9 @@ struct SchedulerSteps {
     const int64_t k = s.options.speculate;
     if (k == 0) {
       out.logits = run(s, Pass::kDecode, pack_decode(table), Logits::kLast);
+      std::vector<bool> takes(table.live(), false);
+      std::fill(takes.begin() + static_cast<int64_t>(table.prefilling()), takes.end(), true);
+      s.head->pick(out.logits, takes);
     } else {
       if (s.options.draft_model) {
         serving_detail::Drafts d = serving_detail::model_drafts(table, *s.engine, k);
@@ -229,16 +271,37 @@ struct SchedulerSteps {
       out.logits =
           run(s, Pass::kVerify, serving_detail::pack_verify(table, out.drafts, k), Logits::kAll);
       ++s.stats.speculation.verify_steps;
+      out.greedy = out.logits.argmax(-1).cpu();
     }
-    out.greedy = out.logits.argmax(-1).cpu();
     return out;
   }
 
-  /// The prefill call, fed to the draft model's cache too (eagerly).
-  static at::Tensor prefill(Scheduler::State& s, const StepInputs& in) {
-    at::Tensor logits = run(s, Pass::kPrefill, in, Logits::kLast).clone();
+  /// The prefill call over rows [0, b), fed to the draft model's cache too
+  /// (eagerly); the head picks the first token of each row whose prompt
+  /// ends in it. A row asking for prompt log-probabilities makes the call
+  /// eager at every position (the runner returns the last position's).
+  static void prefill(Scheduler::State& s, const std::vector<int64_t>& fed, int64_t b) {
+    RowTable& table = *s.table;
+    const StepInputs in = pack_prefill(table, fed, b);
+    bool every_position = false;
+    for (int64_t r = 0; r < b; ++r)
+      every_position =
+          every_position || table.rows()[static_cast<size_t>(r)].request.prompt_logprobs >= 0;
+    at::Tensor last;
+    if (every_position) {
+      s.stats.real_tokens += in.real;
+      s.stats.padded_tokens += in.ids.numel() - in.real;
+      const at::Tensor all = run_pass(s.model, nullptr, s.engine->backend(), in, Logits::kAll);
+      record_prompt_logprobs(table, fed, all);
+      std::vector<int64_t> ends(fed.begin(), fed.begin() + b);
+      for (int64_t& e : ends) e = std::max<int64_t>(e - 1, 0);
+      const at::Tensor at = at::tensor(ends).to(all.device());
+      last = all.gather(1, at.view({b, 1, 1}).expand({b, 1, all.size(2)})).squeeze(1);
+    } else {
+      last = run(s, Pass::kPrefill, in, Logits::kLast);
+    }
+    s.head->pick(last, prompt_ends(table, fed, b));
     if (s.options.draft_model) s.engine->run_draft(in);
-    return logits;
   }
 
   /// Note [prefix cache]: the new request in row r starts from the longest
@@ -247,6 +310,7 @@ struct SchedulerSteps {
   static void reuse_prefix(Scheduler::State& s, size_t r) {
     if (!s.prefix) return;
     Active& row = s.table->rows()[r];
+    if (row.request.prompt_logprobs >= 0) return;  // every prompt token is scored
     const serving_detail::PrefixMatch match = s.prefix->find(row.request.prompt);
     if (match.state == nullptr) return;
     Cache& cache = s.engine->cache();
@@ -302,8 +366,9 @@ void Scheduler::submit(Request request) {
     TORCH_CHECK(std::none_of(s.waiting.begin(), s.waiting.end(), same) &&
                     std::none_of(s.table->rows().begin(), s.table->rows().end(), same),
                 "id: expected an id not already waiting or running but got '", id, "'");
-    s.waiting.push_back(
-        serving_detail::checked_request(std::move(request), s.model.config(), s.options.max_len));
+    s.waiting.push_back(serving_detail::checked_request(std::move(request), s.model.config(),
+                                                        s.options.max_len, s.head->options(),
+                                                        s.options.speculate));
   } catch (const c10::Error&) {
     ++s.stats.rejected;
     throw;
@@ -359,14 +424,12 @@ void Scheduler::step() {
   for (size_t r = 0; r < fed.size(); ++r)
     fed_rows = fed[r] > 0 ? static_cast<int64_t>(r) + 1 : fed_rows;
 
-  // The prefill call's logits are cloned: the decode call may use the same
-  // runner key (a 1-token chunk), whose outputs it would overwrite.
-  at::Tensor prefill, prefill_greedy;
-  if (fed_rows > 0) {
-    prefill = SchedulerSteps::prefill(s, pack_prefill(table, fed, fed_rows));
-    prefill_greedy = prefill.argmax(-1).cpu();
-  }
+  // The head picks from each call's logits before the next call runs (the
+  // decode call may reuse the prefill call's runner key and its outputs).
+  if (fed_rows > 0) SchedulerSteps::prefill(s, fed, fed_rows);
   const DecodeCall decode = decoding > 0 ? SchedulerSteps::decode(s, table) : DecodeCall{};
+  // The step's one device-to-host copy: every row's pick (Note [sampling head]).
+  std::vector<Picked> picked = s.head->fetch(static_cast<int64_t>(table.live()));
   ++s.stats.steps;
   s.stats.mixed_steps += fed_rows > 0 && decoding > 0 ? 1 : 0;
   s.stats.row_steps += static_cast<int64_t>(table.live());
@@ -385,11 +448,11 @@ void Scheduler::step() {
       kept[r] = row.prompt_done;
       if (fed[r] == 0 || !row.decoding()) continue;
       SchedulerSteps::save_prefix(s, r);  // the whole prompt, before its first token
-      accept(row, prefill[i], prefill_greedy[i].item<int64_t>(), now);
+      accept(row, picked[r], now);
     } else if (s.options.speculate > 0) {
       kept[r] = accept_verdict(row, decode, i, now, s.stats.speculation);
     } else {
-      accept(row, decode.logits[i], decode.greedy[i].item<int64_t>(), now);
+      accept(row, picked[r], now);
     }
   }
   if (spec.drafted - spec.accepted > rejected) {

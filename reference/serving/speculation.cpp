@@ -2,7 +2,7 @@
 // prompt-lookup drafts, the verification call's inputs, verdicts (draft
 // models: draft_model.cpp).
 
-#include "../generation/sampling.hpp"
+#include <statickv/reference/sampling.hpp>
 #include "state.hpp"
 
 #include <algorithm>
@@ -52,7 +52,7 @@ Verdict judge(Active& row, const at::Tensor& logits, const at::Tensor& greedy,
         drafts, std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + n + 1));
   }
   const at::Tensor p =
-      detail::sampling_probs(logits.narrow(0, 0, n + 1), s.temperature, s.top_k, s.top_p);
+      host_sampling_probs(logits.narrow(0, 0, n + 1), s.temperature, s.top_k, s.top_p);
   return verify_sampled(drafts, p, q, row.generator);
 }
 

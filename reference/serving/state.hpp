@@ -4,6 +4,7 @@
 
 #include <statickv/cache.hpp>
 #include <statickv/reference/engine.hpp>
+#include <statickv/reference/sampling.hpp>
 #include <statickv/reference/scheduler.hpp>
 #include <statickv/reference/speculative.hpp>
 
@@ -23,7 +24,8 @@ struct Active {
   int64_t prompt_done = 0;    // prompt tokens already in the cache
   int64_t draft_len = 0;      // draft-model drafting: positions in the draft cache
   std::vector<int64_t> tokens;
-  at::Generator generator;  // sampling only
+  std::vector<TokenLogprob> logprobs, prompt_logprobs;
+  at::Generator generator;  // a sampled row's verification draws under speculation
   ServeClock::time_point arrival, admitted, first_token;
   std::optional<Finish> done;  // set by the step that finished it
 
@@ -39,7 +41,9 @@ struct Active {
 /// mirror the target's.
 class RowTable {
  public:
-  RowTable(Cache& cache, Cache* draft) : caches_{&cache} {
+  /// `head`'s rows follow the cache's: a row's settings, counts and
+  /// picks move with it, and an admitted request's settings go into its row.
+  RowTable(Cache& cache, Cache* draft, SamplingHead& head) : caches_{&cache}, head_(&head) {
     if (draft) caches_.push_back(draft);
   }
 
@@ -65,18 +69,17 @@ class RowTable {
   void reset_row(size_t r);
 
   std::vector<Cache*> caches_;  // the target's, then the draft model's
+  SamplingHead* head_;
   std::vector<Active> rows_;
   size_t prefilling_ = 0;
   int64_t copies_ = 0;
 };
 
-/// Checks a request against the model and the cache (throws c10::Error
-/// naming the field) and returns it ready to queue.
-Active checked_request(Request request, const ModelConfig& model, int64_t max_len);
-
-/// The next token of `row` from its logits [vocab] (float32): greedy ids
-/// are precomputed in `greedy`; sampling draws from the row's generator.
-int64_t pick_token(Active& row, const at::Tensor& logits, int64_t greedy);
+/// Checks a request against the model, the cache and the head (throws
+/// c10::Error naming the field; under speculation, what only the head
+/// does is refused naming speculate) and returns it ready to queue.
+Active checked_request(Request request, const ModelConfig& model, int64_t max_len,
+                       const SamplingHeadOptions& head, int64_t speculate);
 
 /// Speculation (speculation.cpp): a decoding row's prompt-lookup drafts,
 /// at most k and within its token limit.

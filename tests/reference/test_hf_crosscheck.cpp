@@ -10,6 +10,7 @@
 
 #include <statickv/reference/checkpoint.hpp>
 #include <statickv/reference/generator.hpp>
+#include <statickv/reference/sampling.hpp>
 
 #include <cstdio>
 #include <string>
@@ -268,5 +269,37 @@ TEST_CASE(
       INFO(name << ", kv_storage " << storage);
       CHECK(error <= bound);
     }
+  }
+}
+
+TEST_CASE(
+    "the sampling head's distribution is transformers' logits processors' (repetition penalty, "
+    "temperature, top-k, top-p, min-p), every row with its own settings in one batch",
+    "[hf][sampling]") {
+  const std::filesystem::path root = statickv::test::env_dir(
+      "STATICKV_HF_DIR", "run tests/reference/hf/make_sampling_reference.py OUT_DIR first");
+  const statickv::reference::Weights t =
+      statickv::reference::read_safetensors((root / "sampling" / "expected.safetensors").string());
+  const at::Tensor logits = t.at("logits"), prompts = t.at("prompts"), settings = t.at("settings");
+  const int64_t rows = logits.size(0);
+  statickv::reference::SamplingHeadOptions o;
+  o.max_batch = rows;
+  o.vocab_size = logits.size(1);
+  statickv::reference::SamplingHead head(o);
+  for (int64_t r = 0; r < rows; ++r) {
+    const at::Tensor s = settings[r];
+    statickv::reference::Sampling row;
+    row.temperature = s[0].item<double>();
+    row.top_k = static_cast<int64_t>(s[1].item<double>());
+    row.top_p = s[2].item<double>();
+    row.min_p = s[3].item<double>();
+    row.repetition_penalty = s[4].item<double>();
+    head.set_row(r, row, statickv::test::to_ids(prompts[r]), {});
+  }
+  const at::Tensor probs = head.probabilities(logits);
+  for (int64_t r = 0; r < rows; ++r) {
+    INFO("row " << r << ": settings " << settings[r]);
+    CHECK(at::allclose(probs[r], t.at("probs")[r], 1e-5, 1e-6));
+    CHECK(probs[r].gt(0).equal(t.at("probs")[r].gt(0)));  // the same tokens survive
   }
 }

@@ -35,6 +35,16 @@ LlamaModel tiny_model(const std::string& shape, uint64_t seed = 3) {
   return LlamaModel(config, random_weights(config, seed, at::kFloat, at::kCPU));
 }
 
+/// Seeded temperature / top-k / top-p sampling settings.
+Sampling sampling(double temperature, int64_t top_k, uint64_t seed, double top_p = 1.0) {
+  Sampling s;
+  s.temperature = temperature;
+  s.top_k = top_k;
+  s.seed = seed;
+  s.top_p = top_p;
+  return s;
+}
+
 /// Top-1 minus top-2 logit of a [vocab] row: how far a greedy pick is from
 /// flipping.
 double margin(const at::Tensor& logits) {
@@ -166,8 +176,8 @@ std::vector<Request> trace_requests(uint64_t seed) {
     const uint64_t roll = rng() % 20;
     if (roll < 2) r.stop = std::vector<int64_t>{static_cast<int64_t>(rng() % 128), 5, 9};
     if (roll == 2) r.stop = std::vector<int64_t>{};  // no stop token, not even eos
-    if (roll == 3) r.sampling = Sampling{0.8, 20, rng()};
-    if (roll == 4) r.sampling = Sampling{1.2, 0, rng(), 0.7};  // nucleus sampling
+    if (roll == 3) r.sampling = sampling(0.8, 20, rng());
+    if (roll == 4) r.sampling = sampling(1.2, 0, rng(), 0.7);  // nucleus sampling
     r.arrival = ServeClock::time_point(ServeClock::duration(static_cast<int64_t>(tr.arrival)));
     out.push_back(std::move(r));
   }
@@ -476,7 +486,7 @@ std::vector<Request> shared_prefix_requests(uint64_t seed, int64_t count) {
     }
     r.max_new_tokens = 1 + static_cast<int64_t>(rng() % 12);
     r.stop = std::vector<int64_t>{};  // every request runs to its limit
-    if (rng() % 5 == 0) r.sampling = Sampling{0.8, 20, rng()};
+    if (rng() % 5 == 0) r.sampling = sampling(0.8, 20, rng());
     r.arrival = ServeClock::time_point(ServeClock::duration(i / 2));
     out.push_back(std::move(r));
   }

@@ -23,6 +23,7 @@
 #include <statickv/reference/engine.hpp>
 #include <statickv/reference/generator.hpp>
 #include <statickv/reference/model.hpp>
+#include <statickv/reference/sampling.hpp>
 #include <statickv/reference/speculative.hpp>
 
 #include <chrono>
@@ -37,20 +38,19 @@ namespace statickv::reference {
 
 using ServeClock = std::chrono::steady_clock;
 
-/// How a request picks its tokens: greedy (temperature 0) or seeded
-/// temperature / top-k / top-p sampling, exactly as Generator picks one row.
-struct Sampling {
-  double temperature = 0.0;  ///< 0 = greedy
-  int64_t top_k = 0;         ///< 0 = no filter; needs temperature > 0
-  uint64_t seed = 0;
-  double top_p = 1.0;  ///< (0, 1]; 1 = no filter; below 1 needs temperature > 0
-};
-
 struct Request {
   std::string id;  ///< unique among the requests waiting or running
   std::vector<int64_t> prompt;
   int64_t max_new_tokens = 16;
+  /// Greedy or sampled, penalties, logit bias, min_tokens and per-token
+  /// log-probabilities (sampling.hpp), picked on the device by the
+  /// Scheduler's SamplingHead. Under speculation only temperature, top_k,
+  /// top_p and seed apply; the others are refused, naming speculate.
   Sampling sampling;
+  /// -1: none; 0..20: each prompt token's log-probability given the tokens
+  /// before it (the first has none), with this many alternatives: what an
+  /// evaluation harness scores. Its prefill runs eagerly at every position.
+  int64_t prompt_logprobs = -1;
   /// Tokens that end the request (kept in its tokens); nullopt: the
   /// model's eos ids. An empty list: no stop token.
   std::optional<std::vector<int64_t>> stop;
@@ -75,6 +75,10 @@ struct RequestStats {
 struct Completion {
   std::string id;
   std::vector<int64_t> tokens;  ///< generated ids (a stop token included)
+  /// One per generated token when sampling.logprobs >= 0.
+  std::vector<TokenLogprob> logprobs;
+  /// prompt_logprobs >= 0: prompt tokens 1.. (each given those before it).
+  std::vector<TokenLogprob> prompt_logprobs;
   Finish finish = Finish::kLength;
   std::string error;  ///< kError only
   RequestStats stats;

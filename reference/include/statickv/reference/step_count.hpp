@@ -7,6 +7,7 @@
 #include <statickv/op_counter.hpp>
 #include <statickv/reference/backends.hpp>
 #include <statickv/reference/model.hpp>
+#include <statickv/reference/sampling.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -60,5 +61,13 @@ class DecodeStep {
 /// proxy).
 StepCount count_decode_step(const LlamaModel& model, DecodePath path, int64_t batch,
                             int64_t context);
+
+/// The sampling head's share of a step (Note [sampling head]): one pick of
+/// every row of `batch` with settings `s` on random logits [batch, vocab]
+/// on `device`, then the fetch of every row's result, counted by
+/// OpCounter after a first, uncounted pick. `outside` holds its launches.
+/// `fused_cpu` false: the tensor composition CUDA runs, on the CPU too.
+StepCount count_head_pick(int64_t vocab, int64_t batch, const Sampling& s, const at::Device& device,
+                          bool fused_cpu = true);
 
 }  // namespace statickv::reference

@@ -1,0 +1,425 @@
+// SamplingHead: the on-device pick of each row's next token (Note
+// [sampling head], docs/sampling.md). Every per-row setting lives in a
+// preallocated [max_batch] table on the head's device; a call runs only the
+// stages some taking row asks for, and writes its rows' results into one
+// table that fetch() copies to the host once.
+
+#include <statickv/reference/sampling.hpp>
+
+#include "sampling_cpu.hpp"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace statickv::reference {
+
+namespace {
+
+// params_ columns (float32).
+enum Param : int64_t {
+  kTemperature,  // the divisor: the row's temperature, 1 for a greedy row
+  kOneMinusTopP,
+  kLogMinP,  // log(min_p): -inf when off
+  kRepetition,
+  kPresence,
+  kFrequency,
+  kParams
+};
+// keys_ columns (int64).
+enum Key : int64_t { kSeedKey, kDrawIndex, kKthPosition, kMinTokens, kSampled, kKeys };
+
+constexpr int64_t kMask = 0xffffffffLL;
+constexpr int64_t kMix = 0x45d9f3bLL;      // < 2^27: x * kMix < 2^59 for x < 2^32
+constexpr int64_t kGolden = 0x9e3779b1LL;  // < 2^32: id * kGolden < 2^56 for ids < 2^24
+constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+
+uint32_t mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x45d9f3bU;
+  x ^= x >> 16;
+  x *= 0x45d9f3bU;
+  return x ^ (x >> 16);
+}
+
+/// mix32 on int64 tensors holding values in [0, 2^32): the same bits.
+at::Tensor mix(at::Tensor x) {
+  x = x.bitwise_xor(x.bitwise_right_shift(16)).mul_(kMix).bitwise_and_(kMask);
+  x = x.bitwise_xor(x.bitwise_right_shift(16)).mul_(kMix).bitwise_and_(kMask);
+  return x.bitwise_xor(x.bitwise_right_shift(16));
+}
+
+int64_t seed_key(uint64_t seed) {
+  return mix32(static_cast<uint32_t>(seed) ^ mix32(static_cast<uint32_t>(seed >> 32)));
+}
+
+bool sampled(const Sampling& s) { return s.temperature > 0.0; }
+bool has_penalty(const Sampling& s) {
+  return s.repetition_penalty != 1.0 || s.presence_penalty != 0.0 || s.frequency_penalty != 0.0;
+}
+
+}  // namespace
+
+int64_t draw_key(uint64_t seed, int64_t index) {
+  return (seed_key(seed) + index * kGolden) & kMask;
+}
+
+namespace {
+
+/// Gumbel noise from hashed ids ((id * kGolden) mod 2^32) and keys [b].
+at::Tensor gumbel(const at::Tensor& hashed_ids, const at::Tensor& keys) {
+  const at::Tensor h = mix(hashed_ids.bitwise_xor(keys.unsqueeze(1)));
+  // 24 random bits, centred in their interval: u in (0, 1), so both logs are finite.
+  const at::Tensor u = h.bitwise_right_shift(8).to(at::kFloat).add_(0.5).mul_(1.0 / 16777216.0);
+  return u.log_().neg_().log_().neg_();
+}
+
+}  // namespace
+
+at::Tensor sampling_noise(const at::Tensor& keys, const at::Tensor& ids) {
+  TORCH_CHECK(keys.dim() == 1 && ids.dim() == 2 && keys.size(0) == ids.size(0),
+              "sampling_noise: expected keys [b] and ids [b, n] but got ", keys.sizes(), " and ",
+              ids.sizes());
+  return gumbel(ids.mul(kGolden).bitwise_and_(kMask), keys);
+}
+
+at::Tensor SamplingHead::noise(const at::Tensor& keys) const {
+  return gumbel(hashed_ids_.unsqueeze(0), keys);
+}
+
+void check_sampling(const Sampling& s, int64_t vocab_size, int64_t max_bias, int64_t max_logprobs) {
+  const double t = s.temperature;
+  TORCH_CHECK(std::isfinite(t) && t >= 0.0,
+              "temperature: expected a finite number >= 0 (0 = greedy) but got ", t);
+  TORCH_CHECK(s.top_k >= 0, "top_k: expected >= 0 (0 = no filter) but got ", s.top_k);
+  TORCH_CHECK(s.top_k == 0 || t > 0.0,
+              "top_k: expected 0 without sampling (temperature 0 is greedy) but got ", s.top_k);
+  TORCH_CHECK(std::isfinite(s.top_p) && s.top_p > 0.0 && s.top_p <= 1.0,
+              "top_p: expected a number in (0, 1] (1 = no filter) but got ", s.top_p);
+  TORCH_CHECK(s.top_p == 1.0 || t > 0.0,
+              "top_p: expected 1 without sampling (temperature 0 is greedy) but got ", s.top_p);
+  TORCH_CHECK(std::isfinite(s.min_p) && s.min_p >= 0.0 && s.min_p <= 1.0,
+              "min_p: expected a number in [0, 1] (0 = no filter) but got ", s.min_p);
+  TORCH_CHECK(s.min_p == 0.0 || t > 0.0,
+              "min_p: expected 0 without sampling (temperature 0 is greedy) but got ", s.min_p);
+  TORCH_CHECK(std::isfinite(s.repetition_penalty) && s.repetition_penalty > 0.0,
+              "repetition_penalty: expected a finite number > 0 (1 = off) but got ",
+              s.repetition_penalty);
+  TORCH_CHECK(std::isfinite(s.presence_penalty),
+              "presence_penalty: expected a finite number but got ", s.presence_penalty);
+  TORCH_CHECK(std::isfinite(s.frequency_penalty),
+              "frequency_penalty: expected a finite number but got ", s.frequency_penalty);
+  TORCH_CHECK(static_cast<int64_t>(s.logit_bias.size()) <= max_bias,
+              "logit_bias: expected at most ", max_bias, " token ids but got ",
+              s.logit_bias.size());
+  std::set<int64_t> ids;
+  for (const auto& [id, bias] : s.logit_bias) {
+    TORCH_CHECK(id >= 0 && id < vocab_size,
+                "logit_bias: expected token ids in [0, vocab_size=", vocab_size, ") but got ", id);
+    TORCH_CHECK(std::isfinite(bias), "logit_bias[", id, "]: expected a finite number but got ",
+                bias);
+    TORCH_CHECK(ids.insert(id).second, "logit_bias: expected distinct token ids but got ", id,
+                " twice");
+  }
+  TORCH_CHECK(s.min_tokens >= 0, "min_tokens: expected >= 0 but got ", s.min_tokens);
+  TORCH_CHECK(s.logprobs >= -1 && s.logprobs <= max_logprobs, "logprobs: expected -1 (none) or 0..",
+              max_logprobs, " alternatives but got ", s.logprobs);
+}
+
+SamplingHead::SamplingHead(const SamplingHeadOptions& options) : options_(options) {
+  const SamplingHeadOptions& o = options_;
+  TORCH_CHECK(o.max_batch >= 1, "max_batch: expected >= 1 but got ", o.max_batch);
+  TORCH_CHECK(o.vocab_size >= 1 && o.vocab_size <= (int64_t{1} << 24),
+              "vocab_size: expected 1..2^24 (ids travel as float32) but got ", o.vocab_size);
+  TORCH_CHECK(o.max_logprobs >= 0 && o.max_logprobs <= 20, "max_logprobs: expected 0..20 but got ",
+              o.max_logprobs);
+  TORCH_CHECK(o.max_bias >= 1, "max_bias: expected >= 1 but got ", o.max_bias);
+  TORCH_CHECK(o.max_stop >= 1, "max_stop: expected >= 1 but got ", o.max_stop);
+  const auto on = at::TensorOptions().device(o.device);
+  const int64_t b = o.max_batch;
+  params_ = at::zeros({b, kParams}, on.dtype(at::kFloat));
+  keys_ = at::zeros({b, kKeys}, on.dtype(at::kLong));
+  counts_ = at::zeros({b, o.vocab_size}, on.dtype(at::kLong));
+  seen_ = at::zeros({b, o.vocab_size}, on.dtype(at::kBool));
+  penalty_ = at::zeros({b, o.vocab_size}, on.dtype(at::kFloat));
+  bias_ids_ = at::zeros({b, o.max_bias}, on.dtype(at::kLong));
+  bias_vals_ = at::zeros({b, o.max_bias}, on.dtype(at::kFloat));
+  stop_ids_ = at::zeros({b, o.max_stop}, on.dtype(at::kLong));
+  out_ = at::zeros({b, 2 + 2 * o.max_logprobs}, on.dtype(at::kFloat));
+  hashed_ids_ = at::arange(o.vocab_size, on.dtype(at::kLong)).mul_(kGolden).bitwise_and_(kMask);
+  host_.assign(static_cast<size_t>(b), Sampling{});
+  for (int64_t r = 0; r < b; ++r) set_row(r, Sampling{}, {}, {});
+}
+
+void SamplingHead::set_row(int64_t r, const Sampling& s, const std::vector<int64_t>& prompt,
+                           const std::vector<int64_t>& stop_ids) {
+  const SamplingHeadOptions& o = options_;
+  TORCH_CHECK(r >= 0 && r < o.max_batch, "row: expected 0..", o.max_batch - 1, " but got ", r);
+  check_sampling(s, o.vocab_size, o.max_bias, o.max_logprobs);
+  const bool masks = s.min_tokens > 0 && !stop_ids.empty();
+  TORCH_CHECK(!masks || static_cast<int64_t>(stop_ids.size()) <= o.max_stop,
+              "stop: expected at most max_stop=", o.max_stop, " ids with min_tokens > 0 but got ",
+              stop_ids.size());
+  const int64_t kth = s.top_k > 0 && s.top_k < o.vocab_size ? o.vocab_size - s.top_k : 0;
+  const std::vector<float> params = {static_cast<float>(sampled(s) ? s.temperature : 1.0),
+                                     static_cast<float>(1.0 - s.top_p),
+                                     static_cast<float>(std::log(s.min_p)),
+                                     static_cast<float>(s.repetition_penalty),
+                                     static_cast<float>(s.presence_penalty),
+                                     static_cast<float>(s.frequency_penalty)};
+  const std::vector<int64_t> keys = {seed_key(s.seed), 0, kth, masks ? s.min_tokens : 0,
+                                     sampled(s) ? 1 : 0};
+  std::vector<int64_t> bias_ids(static_cast<size_t>(o.max_bias), 0);
+  std::vector<float> bias_vals(static_cast<size_t>(o.max_bias), 0.0f);
+  for (size_t i = 0; i < s.logit_bias.size(); ++i) {
+    bias_ids[i] = s.logit_bias[i].first;
+    bias_vals[i] = static_cast<float>(s.logit_bias[i].second);
+  }
+  std::vector<int64_t> stops(static_cast<size_t>(o.max_stop), masks ? stop_ids[0] : 0);
+  if (masks) std::copy(stop_ids.begin(), stop_ids.end(), stops.begin());
+  params_[r].copy_(at::tensor(params));
+  keys_[r].copy_(at::tensor(keys));
+  bias_ids_[r].copy_(at::tensor(bias_ids));
+  bias_vals_[r].copy_(at::tensor(bias_vals));
+  stop_ids_[r].copy_(at::tensor(stops));
+  counts_[r].zero_();
+  seen_[r].zero_();
+  penalty_[r].zero_();
+  if (s.repetition_penalty != 1.0 && !prompt.empty()) {
+    seen_[r].index_fill_(0, at::tensor(prompt).to(o.device), true);
+  }
+  host_[static_cast<size_t>(r)] = s;
+}
+
+void SamplingHead::copy_row(int64_t from, int64_t to) {
+  for (at::Tensor* t : {&params_, &keys_, &counts_, &seen_, &penalty_, &bias_ids_, &bias_vals_,
+                        &stop_ids_, &out_}) {
+    (*t)[to].copy_((*t)[from]);
+  }
+  host_[static_cast<size_t>(to)] = host_[static_cast<size_t>(from)];
+}
+
+void SamplingHead::reorder(const at::Tensor& index) {
+  const int64_t n = index.size(0);
+  const at::Tensor on_device = index.to(options_.device);
+  for (at::Tensor* t : {&params_, &keys_, &counts_, &seen_, &penalty_, &bias_ids_, &bias_vals_,
+                        &stop_ids_, &out_}) {
+    t->narrow(0, 0, n).copy_(t->index_select(0, on_device));
+  }
+  std::vector<Sampling> moved;
+  for (int64_t i = 0; i < n; ++i) moved.push_back(host_[index[i].item<int64_t>()]);
+  std::copy(moved.begin(), moved.end(), host_.begin());
+}
+
+struct SamplingHead::Rows {
+  int64_t b = 0;
+  bool any = false, sampled = false, top_k = false, top_p = false, min_p = false;
+  bool repetition = false, additive = false, bias = false, min_tokens = false, counts = false;
+  int64_t logprobs = -1;        // the most alternatives a taking row asks for; -1: none
+  std::vector<int64_t> sorted;  // the sampled rows with top-k or top-p
+};
+
+SamplingHead::Rows SamplingHead::scan(int64_t b, const std::vector<bool>* takes) const {
+  Rows rows;
+  rows.b = b;
+  for (int64_t r = 0; r < b; ++r) {
+    if (takes && !(*takes)[static_cast<size_t>(r)]) continue;
+    const Sampling& s = host_[static_cast<size_t>(r)];
+    rows.any = true;
+    rows.sampled = rows.sampled || sampled(s);
+    rows.top_k = rows.top_k || (s.top_k > 0 && s.top_k < options_.vocab_size);
+    rows.top_p = rows.top_p || s.top_p < 1.0;
+    rows.min_p = rows.min_p || s.min_p > 0.0;
+    if (sampled(s) && ((s.top_k > 0 && s.top_k < options_.vocab_size) || s.top_p < 1.0)) {
+      rows.sorted.push_back(r);
+    }
+    rows.repetition = rows.repetition || s.repetition_penalty != 1.0;
+    rows.additive = rows.additive || s.presence_penalty != 0.0 || s.frequency_penalty != 0.0;
+    rows.bias = rows.bias || !s.logit_bias.empty();
+    rows.min_tokens = rows.min_tokens || s.min_tokens > 0;
+    rows.counts = rows.counts || has_penalty(s);
+    rows.logprobs = std::max(rows.logprobs, s.logprobs);
+  }
+  return rows;
+}
+
+at::Tensor SamplingHead::column(int64_t c, int64_t b) const {
+  return params_.narrow(0, 0, b).select(1, c).unsqueeze(1);
+}
+
+at::Tensor SamplingHead::penalized(const at::Tensor& logits, const Rows& rows) const {
+  const int64_t b = rows.b;
+  at::Tensor x = logits;
+  if (rows.bias) x = x.scatter_add(1, bias_ids_.narrow(0, 0, b), bias_vals_.narrow(0, 0, b));
+  if (rows.min_tokens) {
+    const at::Tensor keys = keys_.narrow(0, 0, b);
+    const at::Tensor active = keys.select(1, kDrawIndex).lt(keys.select(1, kMinTokens));
+    const at::Tensor mask = at::where(active, kMinusInf, 0.0f).unsqueeze(1);
+    x = x.scatter_add(1, stop_ids_.narrow(0, 0, b), mask.expand({b, options_.max_stop}));
+  }
+  if (rows.repetition) {
+    // transformers' RepetitionPenaltyLogitsProcessor on prompt and generated ids.
+    const at::Tensor p = column(kRepetition, b);
+    x = at::where(seen_.narrow(0, 0, b), at::where(x.lt(0), x.mul(p), x.div(p)), x);
+  }
+  // OpenAI's presence and frequency penalties on generated ids, kept summed.
+  if (rows.additive) x = x.sub(penalty_.narrow(0, 0, b));
+  return x;
+}
+
+at::Tensor SamplingHead::floor(const at::Tensor& scaled, const at::Tensor& top,
+                               const Rows& rows) const {
+  // transformers' TopK, TopP and MinP keep the tokens at or above a value
+  // per row; each row's floor is the highest of its filters'. Sorting (for
+  // top-k and top-p) covers only the rows that ask.
+  const int64_t b = rows.b, last = options_.vocab_size - 1;
+  at::Tensor floor;
+  if (rows.min_p) floor = top.add(column(kLogMinP, b));  // p >= min_p * p_max
+  if (rows.sorted.empty()) return floor;
+  const bool all = static_cast<int64_t>(rows.sorted.size()) == b;
+  at::Tensor index;
+  if (!all) {
+    index = at::tensor(rows.sorted);
+    if (!options_.device.is_cpu()) index = index.to(options_.device, /*non_blocking=*/true);
+  }
+  const auto pick_rows = [&](const at::Tensor& t) { return all ? t : t.index_select(0, index); };
+  at::Tensor sorted = std::get<0>(pick_rows(scaled).sort(-1, /*descending=*/false));
+  at::Tensor sub = sorted.gather(1, pick_rows(keys_.narrow(0, 0, b).narrow(1, kKthPosition, 1)));
+  if (rows.top_k) sorted.masked_fill_(sorted.lt(sub), kMinusInf);
+  if (rows.top_p) {
+    // Ascending mass up to and including a token <= 1 - top_p drops it;
+    // the dropped tokens are a prefix, the most likely one always stays.
+    at::Tensor drop = sorted.softmax(-1).cumsum(-1).le(pick_rows(column(kOneMinusTopP, b)));
+    drop.select(1, last).fill_(false);
+    sub = at::maximum(sub, sorted.gather(1, drop.sum(-1, /*keepdim=*/true)));
+  }
+  if (!all) {
+    sub = at::full({b, 1}, kMinusInf, scaled.options()).index_copy_(0, index, sub);
+  }
+  return floor.defined() ? at::maximum(floor, sub) : sub;
+}
+
+void SamplingHead::count(const at::Tensor& chosen, const at::Tensor& take, int64_t b) {
+  // Each taking row's token: its count, its mark for the repetition
+  // penalty, and its presence (first time) and frequency penalties, added
+  // where they apply so that applying them is one subtraction.
+  const at::Tensor counts = counts_.narrow(0, 0, b), seen = seen_.narrow(0, 0, b);
+  const at::Tensor first = counts.gather(1, chosen).eq(0);
+  const at::Tensor add = column(kFrequency, b).add(first.mul(column(kPresence, b))).mul_(take);
+  penalty_.narrow(0, 0, b).scatter_add_(1, chosen, add);
+  counts.scatter_add_(1, chosen, take);
+  seen.scatter_(1, chosen, seen.gather(1, chosen).logical_or(take));
+}
+
+void SamplingHead::pick(const at::Tensor& logits, const std::vector<bool>& takes) {
+  const int64_t b = logits.size(0);
+  TORCH_CHECK(logits.dim() == 2 && logits.size(1) == options_.vocab_size &&
+                  b <= options_.max_batch && logits.scalar_type() == at::kFloat,
+              "logits: expected float32 [b <= ", options_.max_batch, ", ", options_.vocab_size,
+              "] but got ", logits.scalar_type(), " ", logits.sizes());
+  TORCH_CHECK(static_cast<int64_t>(takes.size()) == b, "takes: expected ", b,
+              " flags (one per row of logits) but got ", takes.size());
+  const Rows rows = scan(b, &takes);
+  if (!rows.any) return;
+  const at::Tensor x = penalized(logits, rows);
+  auto [top, chosen] = x.max(-1, /*keepdim=*/true);
+  const at::Tensor keys = keys_.narrow(0, 0, b);
+  if (rows.sampled && options_.device.is_cpu() && options_.fused_cpu) {
+    const detail::DrawColumns columns{kTemperature, kOneMinusTopP, kLogMinP, kSeedKey,
+                                      kDrawIndex,   kKthPosition,  kSampled};
+    detail::draw_sampled_cpu(x, params_.narrow(0, 0, b), keys, hashed_ids_, columns, chosen);
+  } else if (rows.sampled) {
+    const at::Tensor t = column(kTemperature, b);
+    const at::Tensor scaled = x.div(t);
+    const at::Tensor key =
+        keys.select(1, kDrawIndex).mul(kGolden).add_(keys.select(1, kSeedKey)).bitwise_and_(kMask);
+    at::Tensor score = scaled.add(noise(key));
+    const at::Tensor low = floor(scaled, top.div(t), rows);
+    if (low.defined()) score.masked_fill_(scaled.lt(low), kMinusInf);
+    chosen = at::where(keys.narrow(1, kSampled, 1).to(at::kBool), score.argmax(-1, true), chosen);
+  }
+  chosen = chosen.squeeze(1);
+  std::vector<int64_t> flags(takes.begin(), takes.end());
+  at::Tensor take = at::tensor(flags);
+  if (!options_.device.is_cpu()) take = take.to(options_.device, /*non_blocking=*/true);
+  keys.select(1, kDrawIndex).add_(take);
+  if (rows.counts) count(chosen.unsqueeze(1), take.unsqueeze(1), b);
+  at::Tensor fresh = chosen.to(at::kFloat).unsqueeze(1);
+  if (rows.logprobs >= 0) {
+    const at::Tensor lp = logits.log_softmax(-1);
+    const auto [top, ids] = lp.topk(rows.logprobs);
+    fresh = at::cat({fresh, lp.gather(1, chosen.unsqueeze(1)),
+                     at::stack({ids.to(at::kFloat), top}, 2).view({b, 2 * rows.logprobs})},
+                    1);
+  }
+  const at::Tensor out = out_.narrow(0, 0, b).narrow(1, 0, fresh.size(1));
+  out.copy_(at::where(take.unsqueeze(1).to(at::kBool), fresh, out));
+}
+
+std::vector<Picked> SamplingHead::fetch(int64_t b) const {
+  TORCH_CHECK(b >= 0 && b <= options_.max_batch, "b: expected 0..", options_.max_batch, " but got ",
+              b);
+  const at::Tensor host = out_.narrow(0, 0, b).cpu();
+  const float* row = host.data_ptr<float>();
+  const int64_t width = host.size(1);
+  std::vector<Picked> picked(static_cast<size_t>(b));
+  for (int64_t r = 0; r < b; ++r, row += width) {
+    Picked& p = picked[static_cast<size_t>(r)];
+    p.token = static_cast<int64_t>(row[0]);
+    const int64_t n = host_[static_cast<size_t>(r)].logprobs;
+    if (n < 0) continue;
+    p.logprob.token = p.token;
+    p.logprob.logprob = row[1];
+    for (int64_t i = 0; i < n; ++i) {
+      p.logprob.top.emplace_back(static_cast<int64_t>(row[2 + 2 * i]), row[3 + 2 * i]);
+    }
+  }
+  return picked;
+}
+
+at::Tensor SamplingHead::probabilities(const at::Tensor& logits) const {
+  const int64_t b = logits.size(0);
+  const Rows rows = scan(b, nullptr);
+  const at::Tensor x = penalized(logits, rows);
+  const auto [top, best] = x.max(-1, /*keepdim=*/true);
+  at::Tensor point = at::zeros_like(x).scatter_(1, best, 1.0f);
+  if (!rows.sampled) return point;
+  const at::Tensor t = column(kTemperature, b);
+  at::Tensor scaled = x.div(t);
+  const at::Tensor low = floor(scaled, top.div(t), rows);
+  if (low.defined()) scaled = scaled.masked_fill(scaled.lt(low), kMinusInf);
+  const at::Tensor probs = scaled.softmax(-1);
+  return at::where(keys_.narrow(0, 0, b).select(1, kSampled).to(at::kBool).unsqueeze(1), probs,
+                   point);
+}
+
+std::vector<TokenLogprob> SamplingHead::prompt_logprobs(const at::Tensor& logits,
+                                                        const std::vector<int64_t>& next,
+                                                        int64_t n) {
+  const int64_t q = logits.size(0);
+  TORCH_CHECK(logits.dim() == 2 && static_cast<int64_t>(next.size()) == q,
+              "prompt_logprobs: expected logits [q, vocab] and q next ids but got ", logits.sizes(),
+              " and ", next.size());
+  TORCH_CHECK(n >= 0 && n <= 20, "prompt_logprobs: expected 0..20 alternatives but got ", n);
+  const at::Tensor lp = logits.to(at::kFloat).log_softmax(-1);
+  const at::Tensor ids = at::tensor(next).to(logits.device()).unsqueeze(1);
+  const auto [top, top_ids] = lp.topk(n);
+  const at::Tensor host =
+      at::cat({lp.gather(1, ids), at::stack({top_ids.to(at::kFloat), top}, 2).view({q, 2 * n})}, 1)
+          .cpu();
+  std::vector<TokenLogprob> out(static_cast<size_t>(q));
+  for (int64_t t = 0; t < q; ++t) {
+    const float* row = host.data_ptr<float>() + t * host.size(1);
+    TokenLogprob& p = out[static_cast<size_t>(t)];
+    p.token = next[static_cast<size_t>(t)];
+    p.logprob = row[0];
+    for (int64_t i = 0; i < n; ++i)
+      p.top.emplace_back(static_cast<int64_t>(row[1 + 2 * i]), row[2 + 2 * i]);
+  }
+  return out;
+}
+
+}  // namespace statickv::reference

@@ -1,0 +1,164 @@
+#pragma once
+// The sampling head (docs/sampling.md): every row's next token, its
+// log-probability and its top alternatives, picked on the logits' device
+// from per-row settings held in preallocated [max_batch] device tensors,
+// with one device-to-host copy per step (Note [sampling head]).
+//
+//   SamplingHead head({max_batch, vocab, device});
+//   head.set_row(r, sampling, prompt, stop_ids);   // a request takes row r
+//   head.pick(logits, takes);                     // [b, vocab], any number of calls
+//   const std::vector<Picked> picked = head.fetch(b);   // the one host copy
+//
+// Generator and the Scheduler own one each. One thread at a time.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace statickv::reference {
+
+/// How a request picks its tokens. Greedy (temperature 0) or sampled from
+/// softmax(logits / temperature) after transformers' filters in its order
+/// (top-k, then top-p, then min-p), always after the penalties and the
+/// logit bias, which apply to greedy rows too.
+struct Sampling {
+  double temperature = 0.0;  ///< finite, >= 0; 0 = greedy
+  int64_t top_k = 0;         ///< >= 0; 0 = no filter; needs temperature > 0
+  /// The draws' seed: a request draws the same tokens alone or in any batch.
+  uint64_t seed = 0;
+  double top_p = 1.0;  ///< (0, 1]; 1 = no filter; below 1 needs temperature > 0
+  double min_p = 0.0;  ///< [0, 1]; 0 = no filter; above 0 needs temperature > 0
+  /// transformers' RepetitionPenaltyLogitsProcessor over the prompt and the
+  /// generated tokens: > 0, 1 = off.
+  double repetition_penalty = 1.0;
+  /// OpenAI's rule over generated tokens only: logit - presence * [count >
+  /// 0] - frequency * count. Finite; 0 = off.
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+  /// Added to a token's logit: at most SamplingHeadOptions::max_bias
+  /// distinct ids, finite values.
+  std::vector<std::pair<int64_t, double>> logit_bias;
+  /// The stop ids are masked until this many tokens have been generated.
+  int64_t min_tokens = 0;
+  /// -1: none; 0..max_logprobs: the chosen token's log-probability (the
+  /// model's raw distribution, before penalties and filters) and this many
+  /// most likely alternatives.
+  int64_t logprobs = -1;
+};
+
+struct SamplingHeadOptions {
+  int64_t max_batch = 1;
+  int64_t vocab_size = 0;
+  at::Device device = at::Device(at::kCPU);
+  int64_t max_logprobs = 20;  ///< widest top-N a row may ask (<= 20)
+  int64_t max_bias = 300;     ///< most logit-bias ids per row
+  int64_t max_stop = 16;      ///< most stop ids min_tokens masks per row
+  /// On the CPU, draw sampled rows with one fused kernel (false: the
+  /// tensor composition CUDA runs, for tests and the benchmark).
+  bool fused_cpu = true;
+};
+
+/// Refuses, naming the argument, settings the head cannot take: a
+/// non-finite or negative temperature, top_p outside (0, 1], min_p outside
+/// [0, 1], a filter without sampling, a non-finite penalty or a repetition
+/// penalty <= 0, more logit-bias ids than `max_bias`, a repeated or
+/// out-of-vocabulary id, more alternatives than `max_logprobs`.
+void check_sampling(const Sampling& s, int64_t vocab_size, int64_t max_bias = 300,
+                    int64_t max_logprobs = 20);
+
+/// One log-probability and the most likely alternatives at that position.
+struct TokenLogprob {
+  int64_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int64_t, float>> top;  ///< most likely first
+};
+
+/// What fetch() returns for one row.
+struct Picked {
+  int64_t token = 0;
+  TokenLogprob logprob;  ///< filled when the row asked for log-probabilities
+};
+
+class SamplingHead {
+ public:
+  explicit SamplingHead(const SamplingHeadOptions& options);
+
+  const SamplingHeadOptions& options() const { return options_; }
+
+  /// Row r takes a new request: its settings (checked first, by name),
+  /// the prompt its repetition penalty covers and the stop ids min_tokens
+  /// masks (at most max_stop when min_tokens > 0). Resets the row's token
+  /// counts and draw index.
+  void set_row(int64_t r, const Sampling& s, const std::vector<int64_t>& prompt,
+               const std::vector<int64_t>& stop_ids);
+  /// Row `to` becomes a copy of row `from` (the Scheduler's row moves).
+  void copy_row(int64_t from, int64_t to);
+  /// Rows [0, n) become old rows index[0..n) (index: int64 [n], host).
+  void reorder(const at::Tensor& index);
+
+  /// Picks the next token of every row r < b with takes[r] from logits [b,
+  /// vocab] (float32, the head's device), advancing its counts and draw
+  /// index and writing its result for fetch(); other rows are untouched.
+  /// No host sync.
+  void pick(const at::Tensor& logits, const std::vector<bool>& takes);
+  /// Rows [0, b)'s latest picks: one device-to-host copy.
+  std::vector<Picked> fetch(int64_t b) const;
+
+  /// The distribution rows [0, b) sample from (penalties, bias, min_tokens,
+  /// temperature, top-k, top-p, min-p), [b, vocab] float32 in vocabulary
+  /// order; a greedy row's is a point mass on its argmax.
+  at::Tensor probabilities(const at::Tensor& logits) const;
+
+  /// Each position's log-probability of `next` [q] given logits [q, vocab]
+  /// (the prompt token that follows), with the top n alternatives: the
+  /// prompt log-probabilities an evaluation scores. One host copy.
+  static std::vector<TokenLogprob> prompt_logprobs(const at::Tensor& logits,
+                                                   const std::vector<int64_t>& next, int64_t n);
+
+ private:
+  struct Rows;  // what rows [0, b) of this call ask for (host side)
+  Rows scan(int64_t b, const std::vector<bool>* takes) const;
+  at::Tensor penalized(const at::Tensor& logits, const Rows& rows) const;
+  at::Tensor floor(const at::Tensor& scaled, const at::Tensor& top, const Rows& rows) const;
+  at::Tensor noise(const at::Tensor& keys) const;
+  void count(const at::Tensor& chosen, const at::Tensor& take, int64_t b);
+  at::Tensor column(int64_t c, int64_t b) const;
+
+  SamplingHeadOptions options_;
+  at::Tensor params_;      // float32 [B, kParams]: the per-row settings
+  at::Tensor keys_;        // int64 [B, 2]: seed key, draw index
+  at::Tensor counts_;      // int32 [B, vocab]: generated tokens
+  at::Tensor seen_;        // bool [B, vocab]: prompt and generated tokens (repetition penalty)
+  at::Tensor penalty_;     // float32 [B, vocab]: presence and frequency penalties so far
+  at::Tensor bias_ids_;    // int64 [B, max_bias]
+  at::Tensor bias_vals_;   // float32 [B, max_bias]
+  at::Tensor stop_ids_;    // int64 [B, max_stop]
+  at::Tensor out_;         // float32 [B, 2 + 2 * max_logprobs]: id, logprob, top ids, top logprobs
+  at::Tensor hashed_ids_;  // int64 [vocab]: (id * golden) mod 2^32, the draws' per-id input
+  std::vector<Sampling> host_;  // each row's settings, for what a call must compute
+};
+
+/// The counter-based draw (Note [sampling head]): Gumbel noise for vocabulary
+/// ids `ids` [b, n] (int64) of rows whose per-draw keys are `keys` [b]
+/// (int64 in [0, 2^32)), from integer tensor ops only: the same bits on
+/// every device. float32 [b, n].
+at::Tensor sampling_noise(const at::Tensor& keys, const at::Tensor& ids);
+
+/// The host sampler, kept for speculative verification and draft models
+/// (their acceptance rule needs each draft's probability): softmax(logits /
+/// temperature) over transformers' top-k then top-p (the same rule as the
+/// head's), per row of logits [..., vocab] (any device), float32 on the CPU.
+at::Tensor host_sampling_probs(const at::Tensor& logits, double temperature, int64_t top_k,
+                               double top_p);
+/// One token per row of logits [b, vocab] drawn from host_sampling_probs
+/// with `generator` (a seeded CPU generator). int64 [b] on the CPU.
+at::Tensor host_sample_tokens(const at::Tensor& logits, double temperature, int64_t top_k,
+                              double top_p, at::Generator& generator);
+
+/// The per-draw key of a row with `seed` at draw `index`, as pick computes
+/// it on the device (a host mirror for tests and docs).
+int64_t draw_key(uint64_t seed, int64_t index);
+
+}  // namespace statickv::reference

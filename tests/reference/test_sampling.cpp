@@ -1,0 +1,419 @@
+// The sampling head (reference/generation/sampling_head.cpp, docs/sampling.md):
+// per-row settings in device tensors, transformers' filter order, penalties
+// by their owners' rules, counter-based draws that do not depend on the
+// batch, log-probabilities of the raw distribution, and one host copy per
+// Scheduler step. The comparison with transformers' own logits processors
+// is the [hf] case in test_hf_crosscheck.cpp.
+
+#include "support/generation.hpp"
+
+#include <statickv/reference/checkpoint.hpp>
+#include <statickv/reference/sampling.hpp>
+#include <statickv/reference/scheduler.hpp>
+
+#include <c10/core/InferenceMode.h>
+
+#include <cmath>
+
+using namespace statickv;
+using namespace statickv::reference;
+using statickv::test::require_error;
+
+namespace {
+
+constexpr int64_t kVocab = 64;
+
+SamplingHead make_head(int64_t max_batch, int64_t vocab = kVocab) {
+  SamplingHeadOptions o;
+  o.max_batch = max_batch;
+  o.vocab_size = vocab;
+  return SamplingHead(o);
+}
+
+/// Logits [b, vocab] whose row r prefers token `top[r]` by `margin`.
+at::Tensor preferring(const std::vector<int64_t>& top, float margin = 1.0f) {
+  at::Tensor x = at::zeros({static_cast<int64_t>(top.size()), kVocab}, at::kFloat);
+  for (size_t r = 0; r < top.size(); ++r) x[static_cast<int64_t>(r)][top[r]] = margin;
+  return x;
+}
+
+int64_t pick_one(SamplingHead& head, const at::Tensor& logits) {
+  head.pick(logits, std::vector<bool>(static_cast<size_t>(logits.size(0)), true));
+  return head.fetch(logits.size(0))[0].token;
+}
+
+// The documented mixer (docs/sampling.md), spelled out on scalars.
+uint32_t mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x45d9f3bU;
+  x ^= x >> 16;
+  x *= 0x45d9f3bU;
+  return x ^ (x >> 16);
+}
+
+}  // namespace
+
+TEST_CASE("draws are integer functions of seed, draw index and token id", "[sampling]") {
+  // The tensor ops give the bits of the scalar formula: the same on every device.
+  const uint64_t seed = 0x123456789abcdefULL;
+  const int64_t key = draw_key(seed, 5);
+  const auto seed_key =
+      mix32(static_cast<uint32_t>(seed) ^ mix32(static_cast<uint32_t>(seed >> 32)));
+  CHECK(key == ((static_cast<int64_t>(seed_key) + 5 * 0x9e3779b1LL) & 0xffffffffLL));
+  const at::Tensor ids = at::arange(1000, at::kLong).view({1, -1});
+  const at::Tensor noise = sampling_noise(at::tensor({key}), ids);
+  for (int64_t id : {0, 1, 17, 999}) {
+    const uint32_t h = mix32(static_cast<uint32_t>((id * 0x9e3779b1LL) & 0xffffffffLL) ^
+                             static_cast<uint32_t>(key));
+    const float u = (static_cast<float>(h >> 8) + 0.5f) * (1.0f / 16777216.0f);
+    // The integer draw is exact; log may round its last bit differently.
+    CHECK(noise[0][id].item<float>() == Approx(-std::log(-std::log(u))).epsilon(1e-6));
+  }
+  // A row's noise does not depend on its neighbours or the ids' order.
+  const at::Tensor keys = at::tensor({key, draw_key(7, 0)});
+  const at::Tensor shuffled = at::randperm(1000, at::kLong).view({1, -1});
+  const at::Tensor both = sampling_noise(keys, at::cat({ids, shuffled}));
+  CHECK(both[0].equal(noise[0]));
+  CHECK(both[1].equal(sampling_noise(keys.narrow(0, 1, 1), shuffled)[0]));
+  // Gumbel(0, 1): mean Euler's constant, variance pi^2 / 6.
+  const at::Tensor many =
+      sampling_noise(at::tensor({key}), at::arange(200000, at::kLong).view({1, -1}));
+  CHECK(many.mean().item<double>() == Approx(0.5772).margin(0.02));
+  CHECK(many.var().item<double>() == Approx(M_PI * M_PI / 6).margin(0.05));
+}
+
+TEST_CASE("a request draws the same tokens alone or in any row of any batch", "[sampling]") {
+  at::manual_seed(0);
+  const at::Tensor logits = at::randn({4, kVocab}) * 2;
+  Sampling s;
+  s.temperature = 0.9, s.top_p = 0.95, s.seed = 42;
+  SamplingHead alone = make_head(1);
+  alone.set_row(0, s, {}, {});
+  SamplingHead batch = make_head(4);
+  Sampling greedy;
+  for (int64_t r = 0; r < 4; ++r) batch.set_row(r, r == 2 ? s : greedy, {}, {});
+  std::vector<int64_t> a, b;
+  for (int t = 0; t < 20; ++t) {
+    const at::Tensor row = logits[t % 4].unsqueeze(0);
+    a.push_back(pick_one(alone, row));
+    at::Tensor x = at::randn({4, kVocab});
+    x[2] = row[0];
+    batch.pick(x, {true, true, true, true});
+    b.push_back(batch.fetch(4)[2].token);
+  }
+  CHECK(a == b);
+  // Another seed draws differently; the same seed again draws the same.
+  SamplingHead again = make_head(1);
+  again.set_row(0, s, {}, {});
+  Sampling other = s;
+  other.seed = 43;
+  SamplingHead third = make_head(1);
+  third.set_row(0, other, {}, {});
+  std::vector<int64_t> c, d;
+  for (int t = 0; t < 20; ++t) {
+    c.push_back(pick_one(again, logits[t % 4].unsqueeze(0)));
+    d.push_back(pick_one(third, logits[t % 4].unsqueeze(0)));
+  }
+  CHECK(c == a);
+  CHECK(d != a);
+}
+
+TEST_CASE("the head's filters are the host sampler's top-k then top-p", "[sampling]") {
+  at::manual_seed(1);
+  const at::Tensor logits = at::randn({3, kVocab}) * 3;
+  SamplingHead head = make_head(3);
+  const std::vector<std::tuple<double, int64_t, double>> settings = {
+      {0.7, 0, 0.9}, {1.3, 8, 1.0}, {1.0, 12, 0.5}};
+  for (int64_t r = 0; r < 3; ++r) {
+    Sampling s;
+    std::tie(s.temperature, s.top_k, s.top_p) = settings[static_cast<size_t>(r)];
+    head.set_row(r, s, {}, {});
+  }
+  const at::Tensor probs = head.probabilities(logits);
+  for (int64_t r = 0; r < 3; ++r) {
+    const auto [t, k, p] = settings[static_cast<size_t>(r)];
+    CHECK(at::allclose(probs[r], host_sampling_probs(logits[r], t, k, p), 1e-5, 1e-7));
+  }
+  // Draws follow the distribution: 4000 draws of row 2 (12 candidates, top_p 0.5).
+  at::Tensor seen = at::zeros({kVocab});
+  SamplingHead one = make_head(1);
+  Sampling s;
+  s.temperature = 1.0, s.top_k = 12, s.top_p = 0.5, s.seed = 9;
+  one.set_row(0, s, {}, {});
+  for (int i = 0; i < 4000; ++i) seen[pick_one(one, logits[2].unsqueeze(0))] += 1;
+  CHECK((seen / 4000 - probs[2]).abs().max().item<double>() < 0.03);
+  CHECK(seen.masked_select(probs[2].eq(0)).sum().item<double>() == 0);
+}
+
+TEST_CASE("the fused CPU draw picks what the tensor composition (CUDA's) picks", "[sampling]") {
+  SamplingHeadOptions o;
+  o.max_batch = 6;
+  o.vocab_size = 1000;
+  SamplingHead fused(o);
+  o.fused_cpu = false;
+  SamplingHead composed(o);
+  // temperature, top_k, top_p, min_p: every filter alone and together, and a greedy row.
+  const std::vector<std::tuple<double, int64_t, double, double>> settings = {
+      {0.8, 0, 0.95, 0.0}, {1.0, 0, 1.0, 0.0}, {1.2, 50, 1.0, 0.0},
+      {0.7, 0, 1.0, 0.05}, {0.0, 0, 1.0, 0.0}, {1.5, 200, 0.6, 0.01}};
+  for (int64_t r = 0; r < 6; ++r) {
+    Sampling s;
+    std::tie(s.temperature, s.top_k, s.top_p, s.min_p) = settings[static_cast<size_t>(r)];
+    s.seed = static_cast<uint64_t>(r) * 77;
+    fused.set_row(r, s, {}, {});
+    composed.set_row(r, s, {}, {});
+  }
+  at::manual_seed(5);
+  int64_t same = 0, total = 0;
+  for (int step = 0; step < 150; ++step) {
+    const at::Tensor logits = at::randn({6, 1000}) * (1 + step % 4);
+    const std::vector<bool> takes(6, true);
+    fused.pick(logits, takes);
+    composed.pick(logits, takes);
+    const auto a = fused.fetch(6), b = composed.fetch(6);
+    for (size_t r = 0; r < 6; ++r) same += a[r].token == b[r].token, ++total;
+  }
+  // log() may round a last bit differently (vectorized or not): a near-tie
+  // of two scores may part, nothing more.
+  CHECK(same >= total - 2);
+}
+
+TEST_CASE("min_p keeps tokens within a fraction of the most likely one", "[sampling]") {
+  const at::Tensor logits = at::log(at::tensor({0.5f, 0.3f, 0.1f, 0.06f, 0.04f})).unsqueeze(0);
+  SamplingHeadOptions o;
+  o.vocab_size = 5;
+  SamplingHead head(o);
+  Sampling s;
+  s.temperature = 1.0, s.min_p = 0.15;  // keeps p >= 0.075
+  head.set_row(0, s, {}, {});
+  const at::Tensor p = head.probabilities(logits)[0];
+  CHECK(at::allclose(p, at::tensor({0.5f, 0.3f, 0.1f, 0.0f, 0.0f}) / 0.9f, 1e-5, 1e-6));
+}
+
+TEST_CASE("penalties follow transformers' and OpenAI's rules, greedy rows included", "[sampling]") {
+  SamplingHead head = make_head(3);
+  Sampling rep, presence, frequency;
+  rep.repetition_penalty = 2.0;        // the prompt counts: token 3 is in it
+  presence.presence_penalty = 1.5;     // generated tokens only
+  frequency.frequency_penalty = 0.75;  // per occurrence
+  head.set_row(0, rep, {3, 4}, {});
+  head.set_row(1, presence, {5}, {});
+  head.set_row(2, frequency, {}, {});
+  at::Tensor x = at::zeros({3, kVocab});
+  x[0][3] = 2.0, x[0][9] = 1.5;   // 2 / 2 = 1 < 1.5: the penalty flips the pick
+  x[1][5] = 1.0, x[1][6] = 0.25;  // the prompt's 5 is not penalized by presence
+  x[2][7] = 2.0, x[2][8] = 1.0;   // 7 wins until it was picked twice
+  std::vector<std::vector<int64_t>> tokens(3);
+  for (int t = 0; t < 3; ++t) {
+    head.pick(x, {true, true, true});
+    const auto picked = head.fetch(3);
+    for (size_t r = 0; r < 3; ++r) tokens[r].push_back(picked[r].token);
+  }
+  CHECK(tokens[0] == std::vector<int64_t>{9, 3, 3});  // once generated, 9's 1.5 / 2 < 3's 1
+  CHECK(tokens[1] == std::vector<int64_t>{5, 6, 0});  // 1 - 1.5 < 0.25; then 0.25 - 1.5 < 0
+  CHECK(tokens[2] == std::vector<int64_t>{7, 7, 8});  // 2 - 2 * 0.75 = 0.5 < 1
+  // A negative logit is multiplied by the repetition penalty.
+  SamplingHead neg = make_head(1);
+  neg.set_row(0, rep, {1}, {});
+  at::Tensor y = at::full({1, kVocab}, -10.0f);
+  y[0][1] = -1.0, y[0][2] = -1.5;
+  CHECK(pick_one(neg, y) == 2);  // -1 * 2 = -2 < -1.5
+}
+
+TEST_CASE("logit bias and min_tokens mask before the pick", "[sampling]") {
+  SamplingHead head = make_head(2);
+  Sampling bias, min_tokens;
+  bias.logit_bias = {{11, 5.0}, {12, -100.0}};
+  min_tokens.min_tokens = 2;
+  head.set_row(0, bias, {}, {});
+  head.set_row(1, min_tokens, {}, {20, 21});  // stop ids 20 and 21
+  at::Tensor x = preferring({12, 20}, 3.0f);
+  x[1][21] = 2.5;
+  std::vector<int64_t> row0, row1;
+  for (int t = 0; t < 3; ++t) {
+    head.pick(x, {true, true});
+    const auto picked = head.fetch(2);
+    row0.push_back(picked[0].token);
+    row1.push_back(picked[1].token);
+  }
+  CHECK(row0 == std::vector<int64_t>{11, 11, 11});
+  CHECK(row1[0] != 20);
+  CHECK(row1[0] != 21);
+  CHECK(row1[1] != 20);
+  CHECK(row1[2] == 20);  // the third token may stop
+}
+
+TEST_CASE("log-probabilities come from the raw distribution, with the top alternatives",
+          "[sampling]") {
+  at::manual_seed(3);
+  const at::Tensor logits = at::randn({2, kVocab});
+  SamplingHead head = make_head(2);
+  Sampling s;
+  s.temperature = 0.5, s.top_k = 3, s.logprobs = 5, s.seed = 1;
+  Sampling none;
+  head.set_row(0, s, {}, {});
+  head.set_row(1, none, {}, {});
+  head.pick(logits, {true, true});
+  const std::vector<Picked> picked = head.fetch(2);
+  const at::Tensor lp = logits.log_softmax(-1);
+  CHECK(picked[0].logprob.logprob == Approx(lp[0][picked[0].token].item<float>()).margin(1e-6));
+  const auto [top, ids] = lp[0].topk(5);
+  REQUIRE(picked[0].logprob.top.size() == 5);
+  for (int64_t i = 0; i < 5; ++i) {
+    CHECK(picked[0].logprob.top[static_cast<size_t>(i)].first == ids[i].item<int64_t>());
+    CHECK(picked[0].logprob.top[static_cast<size_t>(i)].second ==
+          Approx(top[i].item<float>()).margin(1e-6));
+  }
+  CHECK(picked[1].logprob.top.empty());
+  // Prompt log-probabilities: each position's logits score the next token.
+  const std::vector<TokenLogprob> prompt = SamplingHead::prompt_logprobs(logits, {4, 9}, 2);
+  CHECK(prompt[1].token == 9);
+  CHECK(prompt[1].logprob == Approx(lp[1][9].item<float>()).margin(1e-6));
+  CHECK(prompt[1].top[0].first == lp[1].argmax().item<int64_t>());
+}
+
+TEST_CASE("bad sampling settings are refused by name before anything is written",
+          "[sampling][errors]") {
+  SamplingHead head = make_head(1);
+  Sampling good;
+  good.temperature = 0.5, good.seed = 3;
+  head.set_row(0, good, {}, {});
+  const auto refused = [&](Sampling s, const std::vector<std::string>& parts) {
+    require_error([&] { head.set_row(0, s, {}, {}); }, parts);
+  };
+  Sampling s = good;
+  s.temperature = std::nan("");
+  refused(s, {"temperature", "finite", "nan"});
+  s = good, s.top_p = 0.0;
+  refused(s, {"top_p", "(0, 1]", "got 0"});
+  s = good, s.min_p = 1.5;
+  refused(s, {"min_p", "[0, 1]", "1.5"});
+  s = good, s.presence_penalty = INFINITY;
+  refused(s, {"presence_penalty", "finite", "inf"});
+  s = good, s.repetition_penalty = 0.0;
+  refused(s, {"repetition_penalty", "> 0", "got 0"});
+  s = good, s.logprobs = 21;
+  refused(s, {"logprobs", "0..20", "21"});
+  s = good;
+  for (int64_t id = 0; id < 301; ++id) s.logit_bias.emplace_back(id % kVocab, 1.0);
+  refused(s, {"logit_bias", "at most 300", "301"});
+  s = good, s.logit_bias = {{3, 1.0}, {3, 2.0}};
+  refused(s, {"logit_bias", "distinct", "3 twice"});
+  s = good, s.logit_bias = {{kVocab, 1.0}};
+  refused(s, {"logit_bias", "vocab_size=64", "got 64"});
+  // Row 0 still draws with its good settings.
+  SamplingHead fresh = make_head(1);
+  fresh.set_row(0, good, {}, {});
+  const at::Tensor x = at::randn({1, kVocab});
+  CHECK(pick_one(head, x) == pick_one(fresh, x));
+}
+
+namespace {
+
+LlamaModel tiny(uint64_t seed = 3) {
+  const ModelConfig config = named_config("tiny");
+  return LlamaModel(config, random_weights(config, seed, at::kFloat, at::kCPU));
+}
+
+}  // namespace
+
+TEST_CASE("a Scheduler step copies to the host once, greedy or sampled, at batch 1 and 16",
+          "[sampling][serving]") {
+  const LlamaModel model = tiny();
+  for (const int64_t batch : {1, 16}) {
+    for (const bool sampled : {false, true}) {
+      INFO("batch " << batch << (sampled ? ", sampled" : ", greedy"));
+      SchedulerOptions o;
+      o.cache = CacheKind::kStatic;
+      o.max_batch = batch;
+      o.max_len = 64;
+      o.prefix_cache_bytes = 0;
+      Scheduler engine(model, o);
+      for (int64_t r = 0; r < batch; ++r) {
+        Request q;
+        q.id = std::to_string(r);
+        q.prompt = {1, 2, 3, static_cast<int64_t>(r)};
+        q.max_new_tokens = 8;
+        q.stop = std::vector<int64_t>{};
+        if (sampled) {
+          q.sampling.temperature = 0.8, q.sampling.top_p = 0.95, q.sampling.seed = r;
+          q.sampling.presence_penalty = 0.5, q.sampling.logprobs = 2;
+        }
+        engine.submit(std::move(q));
+      }
+      engine.step();  // every prompt in one mixed step
+      OpCounter counter;
+      engine.step();  // decode
+      CHECK(counter.syncs() == 0);
+      for (const auto& [name, n] : counter.counts().copies) UNSCOPED_INFO(name << " x" << n);
+      CHECK(counter.host_copies() == 1);
+    }
+  }
+}
+
+TEST_CASE("a Scheduler returns log-probabilities and prompt log-probabilities",
+          "[sampling][serving]") {
+  const LlamaModel model = tiny();
+  SchedulerOptions o;
+  o.cache = CacheKind::kStatic;
+  o.max_batch = 2;
+  o.max_len = 64;
+  o.prefill_chunk = 4;  // the prompt spans three chunks
+  Scheduler engine(model, o);
+  Request r;
+  r.id = "scored";
+  r.prompt = {5, 9, 2, 11, 3, 8, 1, 4, 6, 10};
+  r.max_new_tokens = 3;
+  r.sampling.logprobs = 3;
+  r.prompt_logprobs = 2;
+  engine.submit(r);
+  engine.run_until_idle();
+  const std::vector<Completion> done = engine.take_finished();
+  REQUIRE(done.size() == 1);
+  const Completion& c = done[0];
+  REQUIRE(c.logprobs.size() == c.tokens.size());
+  REQUIRE(c.prompt_logprobs.size() == r.prompt.size() - 1);
+  // The reference: the model's forward over prompt and generated tokens.
+  std::vector<int64_t> all = r.prompt;
+  all.insert(all.end(), c.tokens.begin(), c.tokens.end());
+  const auto n = static_cast<int64_t>(all.size());
+  DynamicCache cache(model.config(), AttentionKernel::kSdpa);
+  c10::InferenceMode inference;
+  const at::Tensor logits =
+      model.forward(at::tensor(all).view({1, n}), at::arange(n, at::kLong).view({1, n}), cache)[0]
+          .log_softmax(-1);
+  for (int64_t t = 1; t < n; ++t) {
+    const bool in_prompt = t < static_cast<int64_t>(r.prompt.size());
+    const TokenLogprob& p = in_prompt ? c.prompt_logprobs[static_cast<size_t>(t - 1)]
+                                      : c.logprobs[static_cast<size_t>(t) - r.prompt.size()];
+    INFO("position " << t);
+    CHECK(p.token == all[static_cast<size_t>(t)]);
+    CHECK(p.logprob ==
+          Approx(logits[t - 1][all[static_cast<size_t>(t)]].item<float>()).margin(1e-4));
+    CHECK(p.top.size() == (in_prompt ? 2u : 3u));
+    CHECK(p.top[0].first == logits[t - 1].argmax().item<int64_t>());
+  }
+}
+
+TEST_CASE("what only the head does is refused under speculation, naming both",
+          "[sampling][serving]") {
+  const LlamaModel model = tiny();
+  SchedulerOptions o;
+  o.cache = CacheKind::kStatic;
+  o.max_batch = 2;
+  o.max_len = 64;
+  o.speculate = 2;
+  Scheduler engine(model, o);
+  Request r;
+  r.id = "a";
+  r.prompt = {1, 2};
+  r.sampling.presence_penalty = 0.5;
+  require_error([&] { engine.submit(r); }, {"presence_penalty", "speculate=2"});
+  r.sampling = Sampling{};
+  r.prompt_logprobs = 1;
+  require_error([&] { engine.submit(r); }, {"prompt_logprobs", "speculate=2"});
+  r.prompt_logprobs = -1;
+  engine.submit(r);  // greedy speculation is served
+  engine.run_until_idle();
+  CHECK(engine.take_finished().size() == 1);
+}
