@@ -59,9 +59,11 @@ StepInputs StepPacker::take() {
 at::Tensor run_pass(const LlamaModel& model, GraphRunner* runner, AttentionBackend& backend,
                     const StepInputs& in, Logits which) {
   const at::Device device = model.device();
-  // On the CPU the host inputs are used as they are: no copy at all.
+  // On the CPU the host inputs are used as they are; to a GPU they go from
+  // pinned memory without waiting for the stream (a pageable copy syncs).
   const auto on_device = [&](const at::Tensor& t) {
-    return t.device() == device ? t : t.to(device);
+    if (t.device() == device) return t;
+    return device.is_cuda() ? t.pin_memory().to(device, /*non_blocking=*/true) : t.to(device);
   };
   const at::Tensor ids = on_device(in.ids), pos = on_device(in.positions);
   if (runner) return runner->run({ids, pos}, in.attend)[0];

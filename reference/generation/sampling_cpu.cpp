@@ -21,14 +21,6 @@ namespace {
 
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
-uint32_t mix32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x45d9f3bU;
-  x ^= x >> 16;
-  x *= 0x45d9f3bU;
-  return x ^ (x >> 16);
-}
-
 float gumbel(uint32_t h) {
   const float u = (static_cast<float>(h >> 8) + 0.5f) * (1.0f / 16777216.0f);
   return -std::log(-std::log(u));

@@ -10,6 +10,17 @@
 
 namespace statickv::reference::detail {
 
+/// The draws' 32-bit mixer (docs/sampling.md): one home for the host
+/// mirror (draw keys) and the fused CPU draw; the tensor form is in
+/// sampling_head.cpp.
+inline uint32_t mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x45d9f3bU;
+  x ^= x >> 16;
+  x *= 0x45d9f3bU;
+  return x ^ (x >> 16);
+}
+
 /// The columns of SamplingHead's per-row tables that the draw reads.
 struct DrawColumns {
   int64_t temperature, one_minus_top_p, log_min_p;      // params (float32)

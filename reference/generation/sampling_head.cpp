@@ -37,14 +37,6 @@ constexpr int64_t kMix = 0x45d9f3bLL;      // < 2^27: x * kMix < 2^59 for x < 2^
 constexpr int64_t kGolden = 0x9e3779b1LL;  // < 2^32: id * kGolden < 2^56 for ids < 2^24
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
-uint32_t mix32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x45d9f3bU;
-  x ^= x >> 16;
-  x *= 0x45d9f3bU;
-  return x ^ (x >> 16);
-}
-
 /// mix32 on int64 tensors holding values in [0, 2^32): the same bits.
 at::Tensor mix(at::Tensor x) {
   x = x.bitwise_xor(x.bitwise_right_shift(16)).mul_(kMix).bitwise_and_(kMask);
@@ -53,10 +45,22 @@ at::Tensor mix(at::Tensor x) {
 }
 
 int64_t seed_key(uint64_t seed) {
+  using detail::mix32;
   return mix32(static_cast<uint32_t>(seed) ^ mix32(static_cast<uint32_t>(seed >> 32)));
 }
 
 bool sampled(const Sampling& s) { return s.temperature > 0.0; }
+
+/// Host values on `device` without a host sync: on CUDA they go through
+/// pinned memory with a non-blocking copy (a copy from pageable memory
+/// would wait for the stream). The caching host allocator keeps the pinned
+/// block until the copy is done.
+template <typename T>
+at::Tensor upload(const std::vector<T>& values, const at::Device& device) {
+  at::Tensor host = at::tensor(values);
+  if (device.is_cpu()) return host;
+  return host.pin_memory().to(device, /*non_blocking=*/true);
+}
 bool has_penalty(const Sampling& s) {
   return s.repetition_penalty != 1.0 || s.presence_penalty != 0.0 || s.frequency_penalty != 0.0;
 }
@@ -180,16 +184,16 @@ void SamplingHead::set_row(int64_t r, const Sampling& s, const std::vector<int64
   }
   std::vector<int64_t> stops(static_cast<size_t>(o.max_stop), masks ? stop_ids[0] : 0);
   if (masks) std::copy(stop_ids.begin(), stop_ids.end(), stops.begin());
-  params_[r].copy_(at::tensor(params));
-  keys_[r].copy_(at::tensor(keys));
-  bias_ids_[r].copy_(at::tensor(bias_ids));
-  bias_vals_[r].copy_(at::tensor(bias_vals));
-  stop_ids_[r].copy_(at::tensor(stops));
+  params_[r].copy_(upload(params, o.device));
+  keys_[r].copy_(upload(keys, o.device));
+  bias_ids_[r].copy_(upload(bias_ids, o.device));
+  bias_vals_[r].copy_(upload(bias_vals, o.device));
+  stop_ids_[r].copy_(upload(stops, o.device));
   counts_[r].zero_();
   seen_[r].zero_();
   penalty_[r].zero_();
   if (s.repetition_penalty != 1.0 && !prompt.empty()) {
-    seen_[r].index_fill_(0, at::tensor(prompt).to(o.device), true);
+    seen_[r].index_fill_(0, upload(prompt, o.device), true);
   }
   host_[static_cast<size_t>(r)] = s;
 }
@@ -282,8 +286,7 @@ at::Tensor SamplingHead::floor(const at::Tensor& scaled, const at::Tensor& top,
   const bool all = static_cast<int64_t>(rows.sorted.size()) == b;
   at::Tensor index;
   if (!all) {
-    index = at::tensor(rows.sorted);
-    if (!options_.device.is_cpu()) index = index.to(options_.device, /*non_blocking=*/true);
+    index = upload(rows.sorted, options_.device);
   }
   const auto pick_rows = [&](const at::Tensor& t) { return all ? t : t.index_select(0, index); };
   at::Tensor sorted = std::get<0>(pick_rows(scaled).sort(-1, /*descending=*/false));
@@ -343,8 +346,7 @@ void SamplingHead::pick(const at::Tensor& logits, const std::vector<bool>& takes
   }
   chosen = chosen.squeeze(1);
   std::vector<int64_t> flags(takes.begin(), takes.end());
-  at::Tensor take = at::tensor(flags);
-  if (!options_.device.is_cpu()) take = take.to(options_.device, /*non_blocking=*/true);
+  const at::Tensor take = upload(flags, options_.device);
   keys.select(1, kDrawIndex).add_(take);
   if (rows.counts) count(chosen.unsqueeze(1), take.unsqueeze(1), b);
   at::Tensor fresh = chosen.to(at::kFloat).unsqueeze(1);
@@ -405,7 +407,7 @@ std::vector<TokenLogprob> SamplingHead::prompt_logprobs(const at::Tensor& logits
               " and ", next.size());
   TORCH_CHECK(n >= 0 && n <= 20, "prompt_logprobs: expected 0..20 alternatives but got ", n);
   const at::Tensor lp = logits.to(at::kFloat).log_softmax(-1);
-  const at::Tensor ids = at::tensor(next).to(logits.device()).unsqueeze(1);
+  const at::Tensor ids = upload(next, logits.device()).unsqueeze(1);
   const auto [top, top_ids] = lp.topk(n);
   const at::Tensor host =
       at::cat({lp.gather(1, ids), at::stack({top_ids.to(at::kFloat), top}, 2).view({q, 2 * n})}, 1)

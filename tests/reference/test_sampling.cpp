@@ -315,6 +315,15 @@ LlamaModel tiny(uint64_t seed = 3) {
   return LlamaModel(config, random_weights(config, seed, at::kFloat, at::kCPU));
 }
 
+/// A Scheduler over a static cache of `max_batch` rows of 64 positions.
+SchedulerOptions static_rows(int64_t max_batch) {
+  SchedulerOptions o;
+  o.cache = CacheKind::kStatic;
+  o.max_batch = max_batch;
+  o.max_len = 64;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("a Scheduler step copies to the host once, greedy or sampled, at batch 1 and 16",
@@ -323,10 +332,7 @@ TEST_CASE("a Scheduler step copies to the host once, greedy or sampled, at batch
   for (const int64_t batch : {1, 16}) {
     for (const bool sampled : {false, true}) {
       INFO("batch " << batch << (sampled ? ", sampled" : ", greedy"));
-      SchedulerOptions o;
-      o.cache = CacheKind::kStatic;
-      o.max_batch = batch;
-      o.max_len = 64;
+      SchedulerOptions o = static_rows(batch);
       o.prefix_cache_bytes = 0;
       Scheduler engine(model, o);
       for (int64_t r = 0; r < batch; ++r) {
@@ -354,10 +360,7 @@ TEST_CASE("a Scheduler step copies to the host once, greedy or sampled, at batch
 TEST_CASE("a Scheduler returns log-probabilities and prompt log-probabilities",
           "[sampling][serving]") {
   const LlamaModel model = tiny();
-  SchedulerOptions o;
-  o.cache = CacheKind::kStatic;
-  o.max_batch = 2;
-  o.max_len = 64;
+  SchedulerOptions o = static_rows(2);
   o.prefill_chunk = 4;  // the prompt spans three chunks
   Scheduler engine(model, o);
   Request r;
@@ -398,10 +401,7 @@ TEST_CASE("a Scheduler returns log-probabilities and prompt log-probabilities",
 TEST_CASE("what only the head does is refused under speculation, naming both",
           "[sampling][serving]") {
   const LlamaModel model = tiny();
-  SchedulerOptions o;
-  o.cache = CacheKind::kStatic;
-  o.max_batch = 2;
-  o.max_len = 64;
+  SchedulerOptions o = static_rows(2);
   o.speculate = 2;
   Scheduler engine(model, o);
   Request r;

@@ -1,0 +1,99 @@
+// [cuda] The sampling head on a GPU (Note [sampling head], docs/sampling.md):
+// the CUDA composition draws what the CPU draws from the same logits, a
+// pick copies to the host once and never syncs, and a Scheduler on the GPU
+// serves sampled requests as generating each alone does.
+
+#include "support.hpp"
+
+#include <statickv/reference/checkpoint.hpp>
+#include <statickv/reference/sampling.hpp>
+#include <statickv/reference/scheduler.hpp>
+
+using namespace statickv;
+using namespace statickv::reference;
+
+namespace {
+
+SamplingHead head_on(const at::Device& device, int64_t rows, int64_t vocab) {
+  SamplingHeadOptions o;
+  o.max_batch = rows;
+  o.vocab_size = vocab;
+  o.device = device;
+  return SamplingHead(o);
+}
+
+}  // namespace
+
+TEST_CASE("on CUDA, the sampling head draws the CPU's tokens with one host copy and no sync",
+          "[cuda][sampling]") {
+  const at::Device gpu(at::kCUDA, 0);
+  const int64_t rows = 6, vocab = 4096;
+  SamplingHead cpu = head_on(at::kCPU, rows, vocab), cuda = head_on(gpu, rows, vocab);
+  for (int64_t r = 0; r < rows; ++r) {
+    Sampling s;
+    s.temperature = r == 0 ? 0.0 : 0.5 + 0.2 * static_cast<double>(r);
+    s.top_p = r % 2 == 1 ? 0.9 : 1.0;
+    s.top_k = r == 4 ? 50 : 0;
+    s.min_p = r == 5 ? 0.02 : 0.0;
+    s.presence_penalty = r == 3 ? 0.5 : 0.0;
+    s.seed = static_cast<uint64_t>(r) + 11;
+    s.logprobs = 3;
+    cpu.set_row(r, s, {1, 2, 3}, {});
+    cuda.set_row(r, s, {1, 2, 3}, {});
+  }
+  at::manual_seed(0);
+  int64_t same = 0, total = 0;
+  const std::vector<bool> takes(static_cast<size_t>(rows), true);
+  for (int step = 0; step < 50; ++step) {
+    const at::Tensor logits = at::randn({rows, vocab}) * 2;
+    const at::Tensor on_gpu = logits.to(gpu);
+    cpu.pick(logits, takes);
+    OpCounter counter(gpu);
+    cuda.pick(on_gpu, takes);
+    const std::vector<Picked> got = cuda.fetch(rows);
+    CHECK(counter.host_copies() == 1);
+    CHECK(counter.syncs() == 0);
+    const std::vector<Picked> want = cpu.fetch(rows);
+    for (size_t r = 0; r < got.size(); ++r) same += got[r].token == want[r].token, ++total;
+  }
+  // Integer draws are the same bits; log and the filters' sums may round a
+  // last bit differently, which parts only near-ties.
+  CHECK(same >= total - 3);
+}
+
+TEST_CASE("on CUDA, a Scheduler step copies to the host once and never syncs, greedy or sampled",
+          "[cuda][sampling][serving]") {
+  const at::Device gpu(at::kCUDA, 0);
+  const ModelConfig config = named_config("tiny");
+  const LlamaModel model(config, random_weights(config, 3, at::kFloat, gpu));
+  for (const int64_t batch : {1, 16}) {
+    for (const bool sampled : {false, true}) {
+      INFO("batch " << batch << (sampled ? ", sampled" : ", greedy"));
+      SchedulerOptions o;
+      o.cache = CacheKind::kStatic;
+      o.max_batch = batch;
+      o.max_len = 64;
+      o.prefix_cache_bytes = 0;
+      Scheduler engine(model, o);
+      engine.warm_up();
+      for (int64_t r = 0; r < batch; ++r) {
+        Request q;
+        q.id = std::to_string(r);
+        q.prompt = {1, 2, 3, r};
+        q.max_new_tokens = 8;
+        q.stop = std::vector<int64_t>{};
+        if (sampled) {
+          q.sampling.temperature = 0.8, q.sampling.top_p = 0.95, q.sampling.seed = r;
+          q.sampling.presence_penalty = 0.5, q.sampling.logprobs = 2;
+        }
+        engine.submit(std::move(q));
+      }
+      engine.step();  // every prompt
+      engine.step();  // a first decode step: its graph is warm
+      OpCounter counter(gpu);
+      engine.step();
+      CHECK(counter.host_copies() == 1);
+      CHECK(counter.syncs() == 0);
+    }
+  }
+}
