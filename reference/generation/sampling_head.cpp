@@ -317,16 +317,42 @@ void SamplingHead::count(const at::Tensor& chosen, const at::Tensor& take, int64
   seen.scatter_(1, chosen, seen.gather(1, chosen).logical_or(take));
 }
 
-void SamplingHead::pick(const at::Tensor& logits, const std::vector<bool>& takes) {
-  const int64_t b = logits.size(0);
+void SamplingHead::check_logits(const at::Tensor& logits) const {
   TORCH_CHECK(logits.dim() == 2 && logits.size(1) == options_.vocab_size &&
-                  b <= options_.max_batch && logits.scalar_type() == at::kFloat,
+                  logits.size(0) <= options_.max_batch && logits.scalar_type() == at::kFloat,
               "logits: expected float32 [b <= ", options_.max_batch, ", ", options_.vocab_size,
               "] but got ", logits.scalar_type(), " ", logits.sizes());
+}
+
+void SamplingHead::pick(const at::Tensor& logits, const std::vector<bool>& takes) {
+  check_logits(logits);
+  const int64_t b = logits.size(0);
   TORCH_CHECK(static_cast<int64_t>(takes.size()) == b, "takes: expected ", b,
               " flags (one per row of logits) but got ", takes.size());
   const Rows rows = scan(b, &takes);
   if (!rows.any) return;
+  std::vector<int64_t> flags(takes.begin(), takes.end());
+  pick_rows(logits, upload(flags, options_.device), rows);
+}
+
+void SamplingHead::pick_all(const at::Tensor& logits, const at::Tensor& takes) {
+  check_logits(logits);
+  const int64_t b = logits.size(0);
+  TORCH_CHECK(takes.dim() == 1 && takes.size(0) == b && takes.scalar_type() == at::kLong,
+              "takes: expected int64 [", b, "] on the head's device but got ", takes.scalar_type(),
+              " ", takes.sizes());
+  // Every stage, whatever the rows ask: the same launches for any settings.
+  Rows rows;
+  rows.b = b;
+  rows.any = rows.sampled = rows.top_k = rows.top_p = rows.min_p = true;
+  rows.repetition = rows.additive = rows.bias = rows.min_tokens = rows.counts = true;
+  rows.logprobs = options_.max_logprobs > 0 ? options_.max_logprobs : -1;
+  for (int64_t r = 0; r < b; ++r) rows.sorted.push_back(r);
+  pick_rows(logits, takes, rows);
+}
+
+void SamplingHead::pick_rows(const at::Tensor& logits, const at::Tensor& take, const Rows& rows) {
+  const int64_t b = rows.b;
   const at::Tensor x = penalized(logits, rows);
   auto [top, chosen] = x.max(-1, /*keepdim=*/true);
   const at::Tensor keys = keys_.narrow(0, 0, b);
@@ -345,16 +371,14 @@ void SamplingHead::pick(const at::Tensor& logits, const std::vector<bool>& takes
     chosen = at::where(keys.narrow(1, kSampled, 1).to(at::kBool), score.argmax(-1, true), chosen);
   }
   chosen = chosen.squeeze(1);
-  std::vector<int64_t> flags(takes.begin(), takes.end());
-  const at::Tensor take = upload(flags, options_.device);
   keys.select(1, kDrawIndex).add_(take);
   if (rows.counts) count(chosen.unsqueeze(1), take.unsqueeze(1), b);
   at::Tensor fresh = chosen.to(at::kFloat).unsqueeze(1);
   if (rows.logprobs >= 0) {
     const at::Tensor lp = logits.log_softmax(-1);
-    const auto [top, ids] = lp.topk(rows.logprobs);
+    const auto [best, ids] = lp.topk(rows.logprobs);
     fresh = at::cat({fresh, lp.gather(1, chosen.unsqueeze(1)),
-                     at::stack({ids.to(at::kFloat), top}, 2).view({b, 2 * rows.logprobs})},
+                     at::stack({ids.to(at::kFloat), best}, 2).view({b, 2 * rows.logprobs})},
                     1);
   }
   const at::Tensor out = out_.narrow(0, 0, b).narrow(1, 0, fresh.size(1));

@@ -178,6 +178,44 @@ TEST_CASE("the fused CPU draw picks what the tensor composition (CUDA's) picks",
   CHECK(same >= total - 2);
 }
 
+TEST_CASE("pick_all, every stage for every row, picks what pick picks", "[sampling]") {
+  for (const bool fused : {true, false}) {
+    INFO((fused ? "fused CPU draw" : "the composition"));
+    SamplingHeadOptions o;
+    o.max_batch = 5;
+    o.vocab_size = kVocab;
+    o.max_logprobs = 4;
+    o.fused_cpu = fused;
+    SamplingHead selective(o), all(o);
+    std::vector<Sampling> rows(5);
+    rows[0].temperature = 0.9, rows[0].top_p = 0.8, rows[0].presence_penalty = 0.7;
+    rows[1].repetition_penalty = 1.4, rows[1].logprobs = 4;  // greedy
+    rows[2].temperature = 1.1, rows[2].top_k = 9, rows[2].min_p = 0.05,
+    rows[2].logit_bias = {{5, 3.0}};
+    rows[3].temperature = 0.7, rows[3].min_tokens = 3, rows[3].frequency_penalty = 0.4;
+    rows[4].temperature = 1.0, rows[4].logprobs = 2;
+    for (int64_t r = 0; r < 5; ++r) {
+      rows[static_cast<size_t>(r)].seed = static_cast<uint64_t>(r) + 100;
+      selective.set_row(r, rows[static_cast<size_t>(r)], {1, 2, 3}, {7, 8});
+      all.set_row(r, rows[static_cast<size_t>(r)], {1, 2, 3}, {7, 8});
+    }
+    at::manual_seed(4);
+    for (int step = 0; step < 30; ++step) {
+      const at::Tensor logits = at::randn({5, kVocab}) * 2;
+      const std::vector<bool> takes = {true, step % 3 != 0, true, true, step % 2 == 0};
+      selective.pick(logits, takes);
+      all.pick_all(logits, at::tensor(std::vector<int64_t>(takes.begin(), takes.end())));
+      const auto a = selective.fetch(5), b = all.fetch(5);
+      for (size_t r = 0; r < 5; ++r) {
+        INFO("step " << step << ", row " << r);
+        CHECK(a[r].token == b[r].token);
+        CHECK(a[r].logprob.logprob == b[r].logprob.logprob);
+        CHECK(a[r].logprob.top == b[r].logprob.top);
+      }
+    }
+  }
+}
+
 TEST_CASE("min_p keeps tokens within a fraction of the most likely one", "[sampling]") {
   const at::Tensor logits = at::log(at::tensor({0.5f, 0.3f, 0.1f, 0.06f, 0.04f})).unsqueeze(0);
   SamplingHeadOptions o;

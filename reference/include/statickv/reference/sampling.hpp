@@ -103,6 +103,12 @@ class SamplingHead {
   /// index and writing its result for fetch(); other rows are untouched.
   /// No host sync.
   void pick(const at::Tensor& logits, const std::vector<bool>& takes);
+  /// pick() with every stage run whatever the rows ask, and `takes` an
+  /// int64 [b] tensor (1: the row picks) on the head's device: the same
+  /// launches for any settings and no host value, so a CUDA graph can
+  /// capture it once and replay it as rows' settings change (set_row is a
+  /// copy into the tables). Picks what pick() picks.
+  void pick_all(const at::Tensor& logits, const at::Tensor& takes);
   /// Rows [0, b)'s latest picks: one device-to-host copy.
   std::vector<Picked> fetch(int64_t b) const;
 
@@ -120,6 +126,8 @@ class SamplingHead {
  private:
   struct Rows;  // what rows [0, b) of this call ask for (host side)
   Rows scan(int64_t b, const std::vector<bool>* takes) const;
+  void check_logits(const at::Tensor& logits) const;
+  void pick_rows(const at::Tensor& logits, const at::Tensor& take, const Rows& rows);
   at::Tensor penalized(const at::Tensor& logits, const Rows& rows) const;
   at::Tensor floor(const at::Tensor& scaled, const at::Tensor& top, const Rows& rows) const;
   at::Tensor noise(const at::Tensor& keys) const;
