@@ -298,11 +298,8 @@ int main(int argc, char** argv) try {
     s.model = std::make_unique<reference::LlamaModel>(ckpt.config, std::move(ckpt.weights));
     subjects.push_back(std::move(s));
   } else {
-    size_t begin = 0;
-    while (begin <= o.shapes.size()) {
-      const size_t end = std::min(o.shapes.find(',', begin), o.shapes.size());
-      subjects.push_back(subject_of(o.shapes.substr(begin, end - begin), dtype, device));
-      begin = end + 1;
+    for (const std::string& spec : apps::split_list(o.shapes)) {
+      subjects.push_back(subject_of(spec, dtype, device));
     }
   }
   fmt::print("statickv_bench_step: {} on {}, launches counted by OpCounter{}\n", dtype_name(dtype),

@@ -146,7 +146,7 @@ SamplingHead::SamplingHead(const SamplingHeadOptions& options) : options_(option
   const int64_t b = o.max_batch;
   params_ = at::zeros({b, kParams}, on.dtype(at::kFloat));
   keys_ = at::zeros({b, kKeys}, on.dtype(at::kLong));
-  counts_ = at::zeros({b, o.vocab_size}, on.dtype(at::kLong));
+  generated_ = at::zeros({b, o.vocab_size}, on.dtype(at::kBool));
   seen_ = at::zeros({b, o.vocab_size}, on.dtype(at::kBool));
   penalty_ = at::zeros({b, o.vocab_size}, on.dtype(at::kFloat));
   bias_ids_ = at::zeros({b, o.max_bias}, on.dtype(at::kLong));
@@ -189,7 +189,7 @@ void SamplingHead::set_row(int64_t r, const Sampling& s, const std::vector<int64
   bias_ids_[r].copy_(upload(bias_ids, o.device));
   bias_vals_[r].copy_(upload(bias_vals, o.device));
   stop_ids_[r].copy_(upload(stops, o.device));
-  counts_[r].zero_();
+  generated_[r].zero_();
   seen_[r].zero_();
   penalty_[r].zero_();
   if (s.repetition_penalty != 1.0 && !prompt.empty()) {
@@ -199,7 +199,7 @@ void SamplingHead::set_row(int64_t r, const Sampling& s, const std::vector<int64
 }
 
 void SamplingHead::copy_row(int64_t from, int64_t to) {
-  for (at::Tensor* t : {&params_, &keys_, &counts_, &seen_, &penalty_, &bias_ids_, &bias_vals_,
+  for (at::Tensor* t : {&params_, &keys_, &generated_, &seen_, &penalty_, &bias_ids_, &bias_vals_,
                         &stop_ids_, &out_}) {
     (*t)[to].copy_((*t)[from]);
   }
@@ -209,7 +209,7 @@ void SamplingHead::copy_row(int64_t from, int64_t to) {
 void SamplingHead::reorder(const at::Tensor& index) {
   const int64_t n = index.size(0);
   const at::Tensor on_device = index.to(options_.device);
-  for (at::Tensor* t : {&params_, &keys_, &counts_, &seen_, &penalty_, &bias_ids_, &bias_vals_,
+  for (at::Tensor* t : {&params_, &keys_, &generated_, &seen_, &penalty_, &bias_ids_, &bias_vals_,
                         &stop_ids_, &out_}) {
     t->narrow(0, 0, n).copy_(t->index_select(0, on_device));
   }
@@ -221,7 +221,7 @@ void SamplingHead::reorder(const at::Tensor& index) {
 struct SamplingHead::Rows {
   int64_t b = 0;
   bool any = false, sampled = false, top_k = false, top_p = false, min_p = false;
-  bool repetition = false, additive = false, bias = false, min_tokens = false, counts = false;
+  bool repetition = false, additive = false, bias = false, min_tokens = false, marks = false;
   int64_t logprobs = -1;        // the most alternatives a taking row asks for; -1: none
   std::vector<int64_t> sorted;  // the sampled rows with top-k or top-p
 };
@@ -234,17 +234,16 @@ SamplingHead::Rows SamplingHead::scan(int64_t b, const std::vector<bool>* takes)
     const Sampling& s = host_[static_cast<size_t>(r)];
     rows.any = true;
     rows.sampled = rows.sampled || sampled(s);
-    rows.top_k = rows.top_k || (s.top_k > 0 && s.top_k < options_.vocab_size);
-    rows.top_p = rows.top_p || s.top_p < 1.0;
+    const bool top_k = s.top_k > 0 && s.top_k < options_.vocab_size, top_p = s.top_p < 1.0;
+    rows.top_k = rows.top_k || top_k;
+    rows.top_p = rows.top_p || top_p;
     rows.min_p = rows.min_p || s.min_p > 0.0;
-    if (sampled(s) && ((s.top_k > 0 && s.top_k < options_.vocab_size) || s.top_p < 1.0)) {
-      rows.sorted.push_back(r);
-    }
+    if (sampled(s) && (top_k || top_p)) rows.sorted.push_back(r);
     rows.repetition = rows.repetition || s.repetition_penalty != 1.0;
     rows.additive = rows.additive || s.presence_penalty != 0.0 || s.frequency_penalty != 0.0;
     rows.bias = rows.bias || !s.logit_bias.empty();
     rows.min_tokens = rows.min_tokens || s.min_tokens > 0;
-    rows.counts = rows.counts || has_penalty(s);
+    rows.marks = rows.marks || has_penalty(s);
     rows.logprobs = std::max(rows.logprobs, s.logprobs);
   }
   return rows;
@@ -305,15 +304,17 @@ at::Tensor SamplingHead::floor(const at::Tensor& scaled, const at::Tensor& top,
   return floor.defined() ? at::maximum(floor, sub) : sub;
 }
 
-void SamplingHead::count(const at::Tensor& chosen, const at::Tensor& take, int64_t b) {
-  // Each taking row's token: its count, its mark for the repetition
-  // penalty, and its presence (first time) and frequency penalties, added
-  // where they apply so that applying them is one subtraction.
-  const at::Tensor counts = counts_.narrow(0, 0, b), seen = seen_.narrow(0, 0, b);
-  const at::Tensor first = counts.gather(1, chosen).eq(0);
-  const at::Tensor add = column(kFrequency, b).add(first.mul(column(kPresence, b))).mul_(take);
+void SamplingHead::mark(const at::Tensor& chosen, const at::Tensor& take, int64_t b) {
+  // Each taking row's token: its presence (first time) and frequency
+  // penalties, added where they apply so that applying them is one
+  // subtraction, and its marks as generated and, for the repetition
+  // penalty, seen.
+  const at::Tensor generated = generated_.narrow(0, 0, b), seen = seen_.narrow(0, 0, b);
+  const at::Tensor before = generated.gather(1, chosen);
+  const at::Tensor add =
+      column(kFrequency, b).add(before.logical_not().mul(column(kPresence, b))).mul_(take);
   penalty_.narrow(0, 0, b).scatter_add_(1, chosen, add);
-  counts.scatter_add_(1, chosen, take);
+  generated.scatter_(1, chosen, before.logical_or(take));
   seen.scatter_(1, chosen, seen.gather(1, chosen).logical_or(take));
 }
 
@@ -345,7 +346,7 @@ void SamplingHead::pick_all(const at::Tensor& logits, const at::Tensor& takes) {
   Rows rows;
   rows.b = b;
   rows.any = rows.sampled = rows.top_k = rows.top_p = rows.min_p = true;
-  rows.repetition = rows.additive = rows.bias = rows.min_tokens = rows.counts = true;
+  rows.repetition = rows.additive = rows.bias = rows.min_tokens = rows.marks = true;
   rows.logprobs = options_.max_logprobs > 0 ? options_.max_logprobs : -1;
   for (int64_t r = 0; r < b; ++r) rows.sorted.push_back(r);
   pick_rows(logits, takes, rows);
@@ -372,7 +373,7 @@ void SamplingHead::pick_rows(const at::Tensor& logits, const at::Tensor& take, c
   }
   chosen = chosen.squeeze(1);
   keys.select(1, kDrawIndex).add_(take);
-  if (rows.counts) count(chosen.unsqueeze(1), take.unsqueeze(1), b);
+  if (rows.marks) mark(chosen.unsqueeze(1), take.unsqueeze(1), b);
   at::Tensor fresh = chosen.to(at::kFloat).unsqueeze(1);
   if (rows.logprobs >= 0) {
     const at::Tensor lp = logits.log_softmax(-1);

@@ -41,7 +41,7 @@ struct Active {
 /// mirror the target's.
 class RowTable {
  public:
-  /// `head`'s rows follow the cache's: a row's settings, counts and
+  /// `head`'s rows follow the cache's: a row's settings, token marks and
   /// picks move with it, and an admitted request's settings go into its row.
   RowTable(Cache& cache, Cache* draft, SamplingHead& head) : caches_{&cache}, head_(&head) {
     if (draft) caches_.push_back(draft);

@@ -4,6 +4,7 @@
 // serves sampled requests as generating each alone does.
 
 #include "support.hpp"
+#include "support/generation.hpp"
 
 #include <statickv/reference/checkpoint.hpp>
 #include <statickv/reference/sampling.hpp>
@@ -69,25 +70,11 @@ TEST_CASE("on CUDA, a Scheduler step copies to the host once and never syncs, gr
   for (const int64_t batch : {1, 16}) {
     for (const bool sampled : {false, true}) {
       INFO("batch " << batch << (sampled ? ", sampled" : ", greedy"));
-      SchedulerOptions o;
-      o.cache = CacheKind::kStatic;
-      o.max_batch = batch;
-      o.max_len = 64;
+      SchedulerOptions o = test::static_rows(batch);
       o.prefix_cache_bytes = 0;
       Scheduler engine(model, o);
       engine.warm_up();
-      for (int64_t r = 0; r < batch; ++r) {
-        Request q;
-        q.id = std::to_string(r);
-        q.prompt = {1, 2, 3, r};
-        q.max_new_tokens = 8;
-        q.stop = std::vector<int64_t>{};
-        if (sampled) {
-          q.sampling.temperature = 0.8, q.sampling.top_p = 0.95, q.sampling.seed = r;
-          q.sampling.presence_penalty = 0.5, q.sampling.logprobs = 2;
-        }
-        engine.submit(std::move(q));
-      }
+      test::submit_counted_batch(engine, batch, sampled);
       engine.step();  // every prompt
       engine.step();  // a first decode step: its graph is warm
       OpCounter counter(gpu);

@@ -18,6 +18,8 @@
 using namespace statickv;
 using namespace statickv::reference;
 using statickv::test::require_error;
+using statickv::test::static_rows;
+using statickv::test::submit_counted_batch;
 
 namespace {
 
@@ -353,15 +355,6 @@ LlamaModel tiny(uint64_t seed = 3) {
   return LlamaModel(config, random_weights(config, seed, at::kFloat, at::kCPU));
 }
 
-/// A Scheduler over a static cache of `max_batch` rows of 64 positions.
-SchedulerOptions static_rows(int64_t max_batch) {
-  SchedulerOptions o;
-  o.cache = CacheKind::kStatic;
-  o.max_batch = max_batch;
-  o.max_len = 64;
-  return o;
-}
-
 }  // namespace
 
 TEST_CASE("a Scheduler step copies to the host once, greedy or sampled, at batch 1 and 16",
@@ -373,18 +366,7 @@ TEST_CASE("a Scheduler step copies to the host once, greedy or sampled, at batch
       SchedulerOptions o = static_rows(batch);
       o.prefix_cache_bytes = 0;
       Scheduler engine(model, o);
-      for (int64_t r = 0; r < batch; ++r) {
-        Request q;
-        q.id = std::to_string(r);
-        q.prompt = {1, 2, 3, static_cast<int64_t>(r)};
-        q.max_new_tokens = 8;
-        q.stop = std::vector<int64_t>{};
-        if (sampled) {
-          q.sampling.temperature = 0.8, q.sampling.top_p = 0.95, q.sampling.seed = r;
-          q.sampling.presence_penalty = 0.5, q.sampling.logprobs = 2;
-        }
-        engine.submit(std::move(q));
-      }
+      submit_counted_batch(engine, batch, sampled);
       engine.step();  // every prompt in one mixed step
       OpCounter counter;
       engine.step();  // decode

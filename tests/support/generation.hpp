@@ -4,6 +4,9 @@
 #include "../support.hpp"
 
 #include <statickv/reference/generator.hpp>
+#include <statickv/reference/scheduler.hpp>
+
+#include <string>
 
 #include <vector>
 
@@ -54,6 +57,35 @@ inline void require_fused_equals_plain(const reference::LlamaModel& model,
   for (size_t r = 0; r < ragged_prompts().size(); ++r) {
     INFO("row " << r << " max diff " << max_diff(fused.logits[r], plain.logits[r]));
     CHECK(close(fused.logits[r], plain.logits[r], tol));
+  }
+}
+
+/// A Scheduler over a static cache of `max_batch` rows of 64 positions.
+inline reference::SchedulerOptions static_rows(int64_t max_batch) {
+  reference::SchedulerOptions o;
+  o.cache = reference::CacheKind::kStatic;
+  o.max_batch = max_batch;
+  o.max_len = 64;
+  return o;
+}
+
+/// `batch` requests of four prompt tokens, 8 new tokens each, no stop id:
+/// greedy, or sampled (temperature 0.8, top_p 0.95, presence penalty 0.5,
+/// seeded by row, 2 log-probability alternatives): the batch a counted
+/// Scheduler step serves (Note [sampling head]).
+inline void submit_counted_batch(reference::Scheduler& engine, int64_t batch, bool sampled) {
+  for (int64_t r = 0; r < batch; ++r) {
+    reference::Request q;
+    q.id = std::to_string(r);
+    q.prompt = {1, 2, 3, r};
+    q.max_new_tokens = 8;
+    q.stop = std::vector<int64_t>{};
+    if (sampled) {
+      q.sampling.temperature = 0.8, q.sampling.top_p = 0.95;
+      q.sampling.seed = static_cast<uint64_t>(r);
+      q.sampling.presence_penalty = 0.5, q.sampling.logprobs = 2;
+    }
+    engine.submit(std::move(q));
   }
 }
 

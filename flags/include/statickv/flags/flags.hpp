@@ -120,20 +120,28 @@ inline double parse_number(const std::string& flag, const std::string& text,
   return value;
 }
 
+/// The comma-separated items of `text`, empty ones included ("a,,b": three).
+inline std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    items.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return items;
+}
+
 /// "128,256,1024" -> {128, 256, 1024}, each in [min, max]; at least one.
 inline std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text,
                                            int64_t min = std::numeric_limits<int64_t>::lowest(),
                                            int64_t max = std::numeric_limits<int64_t>::max()) {
   std::vector<int64_t> out;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    const size_t end = std::min(text.find(',', begin), text.size());
-    const std::string item = text.substr(begin, end - begin);
+  for (const std::string& item : split_list(text)) {
     if (item.empty()) {
       throw FlagError(flag + ": expected comma-separated integers but got '" + text + "'");
     }
     out.push_back(parse_int(flag, item, min, max));
-    begin = end + 1;
   }
   return out;
 }

@@ -90,7 +90,7 @@ class SamplingHead {
   /// Row r takes a new request: its settings (checked first, by name),
   /// the prompt its repetition penalty covers and the stop ids min_tokens
   /// masks (at most max_stop when min_tokens > 0). Resets the row's token
-  /// counts and draw index.
+  /// marks, penalties and draw index.
   void set_row(int64_t r, const Sampling& s, const std::vector<int64_t>& prompt,
                const std::vector<int64_t>& stop_ids);
   /// Row `to` becomes a copy of row `from` (the Scheduler's row moves).
@@ -99,8 +99,9 @@ class SamplingHead {
   void reorder(const at::Tensor& index);
 
   /// Picks the next token of every row r < b with takes[r] from logits [b,
-  /// vocab] (float32, the head's device), advancing its counts and draw
-  /// index and writing its result for fetch(); other rows are untouched.
+  /// vocab] (float32, the head's device), advancing its marks, penalties
+  /// and draw index and writing its result for fetch(); other rows are
+  /// untouched.
   /// No host sync.
   void pick(const at::Tensor& logits, const std::vector<bool>& takes);
   /// pick() with every stage run whatever the rows ask, and `takes` an
@@ -131,13 +132,13 @@ class SamplingHead {
   at::Tensor penalized(const at::Tensor& logits, const Rows& rows) const;
   at::Tensor floor(const at::Tensor& scaled, const at::Tensor& top, const Rows& rows) const;
   at::Tensor noise(const at::Tensor& keys) const;
-  void count(const at::Tensor& chosen, const at::Tensor& take, int64_t b);
+  void mark(const at::Tensor& chosen, const at::Tensor& take, int64_t b);
   at::Tensor column(int64_t c, int64_t b) const;
 
   SamplingHeadOptions options_;
   at::Tensor params_;      // float32 [B, kParams]: the per-row settings
   at::Tensor keys_;        // int64 [B, 2]: seed key, draw index
-  at::Tensor counts_;      // int32 [B, vocab]: generated tokens
+  at::Tensor generated_;   // bool [B, vocab]: generated tokens (presence penalty)
   at::Tensor seen_;        // bool [B, vocab]: prompt and generated tokens (repetition penalty)
   at::Tensor penalty_;     // float32 [B, vocab]: presence and frequency penalties so far
   at::Tensor bias_ids_;    // int64 [B, max_bias]
