@@ -42,7 +42,7 @@ struct Options {
   int64_t min_prompt = 4, max_prompt = 256, min_new = 4, max_new = 128;
   double rate = 20.0;
   int threads = 0, rounds = 3;
-  bool sampling = false;
+  bool sampling = false, head_in_step = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -67,6 +67,9 @@ Options parse(int argc, char** argv) {
   flags.add_switch("--sampling", &o.sampling,
                    "also serve half the requests sampled against all greedy, interleaved");
   flags.add("--rounds N", &o.rounds, "--sampling: interleaved runs per variant", /*min=*/1);
+  flags.add_switch("--head-in-step", &o.head_in_step,
+                   "the sampling head picks inside the runners' steps, every stage for every row "
+                   "(the default where CUDA graphs capture; on the CPU, its cost)");
   add_threads_flag(flags, &o.threads);
   add_json_flag(flags, &o.json);
   flags.add("--trace-out FILE", &o.trace_out,
@@ -218,9 +221,11 @@ int main(int argc, char** argv) try {
   so.max_batch = o.max_batch;
   so.max_len = o.max_len;
   so.prefill_chunk = o.prefill_chunk;
+  if (o.head_in_step) so.head_in_step = true;
   reference::Scheduler engine(*model, so);
   engine.warm_up();
   reference::GenerateOptions go = serve_options(ServeMode::kBucketed, o.max_len);
+  if (o.head_in_step) go.head_in_step = true;
   reference::Generator generator(*model, go, o.max_batch, o.max_len);
   // Warm-up: thread pools, kernels, and on CUDA the Generator's captures.
   run_static(generator,

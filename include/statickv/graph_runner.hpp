@@ -181,6 +181,8 @@ class GraphRunner {
 
   /// True when calls replay CUDA graphs (else the step runs eagerly).
   bool uses_graphs() const { return graphs_; }
+  /// How many inputs run() takes (the InputSpecs given).
+  size_t input_count() const { return specs_.size(); }
 
   /// The key that serves `batch` rows of `query_len` tokens attending up to
   /// `attend_len` positions (ignored without attend buckets).

@@ -26,6 +26,12 @@ struct Rows {
   bool all_done() const {
     return std::all_of(done.begin(), done.end(), [](bool d) { return d; });
   }
+  /// One flag per row: not done (the rows a pick takes).
+  std::vector<bool> live() const {
+    std::vector<bool> out(done.size());
+    for (size_t r = 0; r < out.size(); ++r) out[r] = !done[r];
+    return out;
+  }
 };
 
 /// One generate() call: the model, the engine (or, for the dynamic cache
@@ -66,13 +72,27 @@ struct Call {
     if (on_token) on_token(static_cast<int64_t>(r), token, rows.done[r]);
   }
 
+  /// A pass whose rows in `takes` the head picks from (Engine::run_and_pick,
+  /// or the eager pass then the pick); each row's newest logits [b, vocab].
+  at::Tensor forward_and_pick(Pass pass, const StepInputs& in,
+                              const std::vector<bool>& takes) const {
+    if (engine) return engine->run_and_pick(pass, in, takes);
+    const at::Tensor logits = forward(pass, in, Logits::kLast);
+    head->pick(logits, takes);
+    return logits;
+  }
+
   /// Records each live row's next token from logits [b, vocab]: the
-  /// sampling head picks on the device and one copy brings every id back.
+  /// sampling head picks on the device, then emit_picked.
   void accept(Rows& rows, const at::Tensor& row_logits) {
-    std::vector<bool> takes(rows.done.size());
-    for (size_t r = 0; r < takes.size(); ++r) takes[r] = !rows.done[r];
-    head->pick(row_logits, takes);
-    const std::vector<Picked> next = head->fetch(static_cast<int64_t>(takes.size()));
+    head->pick(row_logits, rows.live());
+    emit_picked(rows, row_logits);
+  }
+
+  /// Emits each live row's pick (one copy brings every id back), with its
+  /// logits [vocab] from `row_logits` [b, vocab] when record_logits.
+  void emit_picked(Rows& rows, const at::Tensor& row_logits) {
+    const std::vector<Picked> next = head->fetch(static_cast<int64_t>(rows.done.size()));
     const at::Tensor kept = options.record_logits ? row_logits.cpu() : at::Tensor();
     for (size_t r = 0; r < rows.done.size(); ++r) {
       if (!rows.done[r])

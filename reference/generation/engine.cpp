@@ -30,6 +30,14 @@ const char* to_string(CacheKind kind) {
   return "unknown";
 }
 
+namespace {
+
+/// Each row's newest logits [b, vocab] from a pass's output ([b, vocab],
+/// or [b, 1, vocab] from the decode runner).
+at::Tensor newest_logits(const at::Tensor& out) { return out.dim() == 3 ? out.select(1, -1) : out; }
+
+}  // namespace
+
 StepPacker::StepPacker(int64_t b, int64_t q)
     : b_(b), q_(q), ids_(static_cast<size_t>(b * q), 0), positions_(ids_.size(), -1) {}
 
@@ -66,12 +74,18 @@ at::Tensor run_pass(const LlamaModel& model, GraphRunner* runner, AttentionBacke
     return device.is_cuda() ? t.pin_memory().to(device, /*non_blocking=*/true) : t.to(device);
   };
   const at::Tensor ids = on_device(in.ids), pos = on_device(in.positions);
+  if (runner && runner->input_count() == 3) {
+    // The head's takes ride in every column of their row (the step reads column 0).
+    const at::Tensor takes = in.takes.defined() ? in.takes : at::zeros_like(in.ids.select(1, 0));
+    const at::Tensor grid = takes.view({-1, 1}).expand_as(in.ids).contiguous();
+    return runner->run({ids, pos, on_device(grid)}, in.attend)[0];
+  }
   if (runner) return runner->run({ids, pos}, in.attend)[0];
   return model.forward(ids, pos, backend, in.attend, which);
 }
 
-Engine::Engine(const LlamaModel& model, const EngineOptions& options)
-    : model_(model), options_(options) {
+Engine::Engine(const LlamaModel& model, const EngineOptions& options, SamplingHead* head)
+    : model_(model), options_(options), head_(head) {
   const EngineOptions& o = options_;
   TORCH_CHECK(o.cache != CacheKind::kDynamic,
               "cache: expected static or hybrid (one preallocated cache) but got dynamic");
@@ -111,7 +125,23 @@ Engine::Engine(const LlamaModel& model, const EngineOptions& options)
     draft_cache_ = std::make_unique<HybridCache>(dc);
     draft_backend_ = std::make_unique<CacheBackend>(*draft_cache_, o.kernel);
   }
+  resolve_head_in_step();
   if (o.bucketed) build_runners();
+}
+
+void Engine::resolve_head_in_step() {
+  const EngineOptions& o = options_;
+  if (!o.head_in_step) {
+    head_in_step_ = head_ && o.bucketed && o.cuda_graphs && model_.device().is_cuda();
+    return;
+  }
+  TORCH_CHECK(!*o.head_in_step || o.bucketed,
+              "head_in_step: expected bucketed=true (the head runs inside a runner's step) with "
+              "head_in_step=true but got bucketed=false");
+  TORCH_CHECK(!*o.head_in_step || head_ != nullptr,
+              "head_in_step: expected an Engine built with a SamplingHead with head_in_step=true "
+              "but got none");
+  head_in_step_ = *o.head_in_step;
 }
 
 Engine::~Engine() = default;
@@ -139,10 +169,16 @@ void Engine::build_runners() {
   const EngineOptions& o = options_;
   const std::vector<InputSpec> inputs = {{"ids", at::kLong, {}, 0},
                                          {"positions", at::kLong, {}, -1}};
+  std::vector<InputSpec> picking = inputs;
+  if (head_in_step_) picking.push_back({"takes", at::kLong, {}, 0});
+  // A picking step ends with the head's pick over each row's newest logits
+  // (Note [sampling head]): padded rows take nothing, so warm-up runs and
+  // passes without takes change none of the head's state.
   auto step_of = [this](Logits logits) -> GraphRunner::StepFn {
     return [this, logits](const std::vector<at::Tensor>& in, const GraphKey& key) {
-      return std::vector<at::Tensor>{
-          model_.forward(in[0], in[1], *backend_, key.attend_len, logits)};
+      at::Tensor out = model_.forward(in[0], in[1], *backend_, key.attend_len, logits);
+      if (in.size() == 3) head_->pick_all(newest_logits(out), in[2].select(1, 0));
+      return std::vector<at::Tensor>{out};
     };
   };
   GraphRunner::Options ro;
@@ -152,7 +188,7 @@ void Engine::build_runners() {
   ro.attend_buckets = *o.attend_buckets;
   if (o.decode_runner) {
     ro.query_buckets = ShapeBuckets::of({1});
-    decode_runner_ = std::make_unique<GraphRunner>(inputs, step_of(Logits::kAll), ro);
+    decode_runner_ = std::make_unique<GraphRunner>(picking, step_of(Logits::kAll), ro);
   }
   if (o.speculate > 0) {
     ro.query_buckets = ShapeBuckets::of({o.speculate + 1});
@@ -161,7 +197,7 @@ void Engine::build_runners() {
   // Prefill keeps each row's newest logits only: [B, vocab] per key.
   ro.query_buckets = *o.prompt_buckets;
   ro.row_outputs = {0};
-  prefill_runner_ = std::make_unique<GraphRunner>(inputs, step_of(Logits::kLast), ro);
+  prefill_runner_ = std::make_unique<GraphRunner>(picking, step_of(Logits::kLast), ro);
 }
 
 GraphRunner* Engine::runner(Pass pass) const {
@@ -178,6 +214,24 @@ GraphRunner* Engine::runner(Pass pass) const {
 
 at::Tensor Engine::run(Pass pass, const StepInputs& in, Logits which) {
   return run_pass(model_, runner(pass), *backend_, in, which);
+}
+
+at::Tensor Engine::run_and_pick(Pass pass, const StepInputs& in, const std::vector<bool>& takes) {
+  TORCH_CHECK(head_ != nullptr, "run_and_pick: expected an Engine built with a SamplingHead");
+  TORCH_CHECK(pass != Pass::kVerify,
+              "pass: expected kPrefill or kDecode (a row's newest logits) but got kVerify");
+  const int64_t b = in.ids.size(0);
+  TORCH_CHECK(static_cast<int64_t>(takes.size()) == b, "takes: expected ", b,
+              " flags (one per row of ids) but got ", takes.size());
+  if (!head_in_step_) {
+    at::Tensor logits = newest_logits(run(pass, in, Logits::kLast));
+    head_->pick(logits, takes);
+    return logits;
+  }
+  StepInputs with = in;
+  with.takes = at::tensor(std::vector<int64_t>(takes.begin(), takes.end()),
+                          at::TensorOptions().dtype(at::kLong));
+  return newest_logits(run(pass, with, Logits::kLast));
 }
 
 at::Tensor Engine::run_draft(const StepInputs& in) {

@@ -36,9 +36,10 @@ struct Generator::State {
   GenerateOptions options;
   int64_t max_batch;
   int64_t max_len;
-  int64_t chunk;                       // most prompt tokens per prefill pass
-  std::unique_ptr<Engine> engine;      // static/hybrid caches; none for dynamic
+  int64_t chunk;  // most prompt tokens per prefill pass
+  // The head outlives the engine, whose runners' steps may pick with it.
   std::unique_ptr<SamplingHead> head;  // every row's pick (Note [sampling head])
+  std::unique_ptr<Engine> engine;      // static/hybrid caches; none for dynamic
 };
 
 namespace {
@@ -109,7 +110,7 @@ Generator::Generator(const LlamaModel& model, GenerateOptions options, int64_t m
   e.prefill_chunk = s.chunk;
   e.path = s.options.path;
   e.decode_runner = true;  // q = 1 steps get their own runner, every token's logits
-  s.engine = std::make_unique<Engine>(model, e);
+  s.engine = std::make_unique<Engine>(model, e, s.head.get());
   s.chunk = s.engine->prefill_chunk();
 }
 
@@ -232,8 +233,9 @@ at::Tensor prefill(const Call& call, const std::vector<std::vector<int64_t>>& pr
   return last;
 }
 
-/// One token for every live row; finished rows ride along as padding.
-/// Returns logits [b, vocab].
+/// One token for every live row, picked by the head (inside the decode
+/// runner's step where the engine puts it); finished rows ride along as
+/// padding. Returns logits [b, vocab].
 at::Tensor decode_one_token(const Call& call, const Rows& rows, const std::vector<int64_t>& lens) {
   const int64_t b = static_cast<int64_t>(lens.size());
   StepPacker pack(b, 1);
@@ -242,7 +244,7 @@ at::Tensor decode_one_token(const Call& call, const Rows& rows, const std::vecto
     pack.put(r, 0, rows.tokens[r].back(),
              lens[r] + static_cast<int64_t>(rows.tokens[r].size()) - 1);
   }
-  return call.forward(Pass::kDecode, pack.take(), Logits::kAll).select(1, 0);
+  return call.forward_and_pick(Pass::kDecode, pack.take(), rows.live());
 }
 
 /// Decodes until every row is done or has new_tokens tokens; returns the
@@ -251,7 +253,7 @@ int64_t decode_n_tokens(Call& call, Rows& rows, const std::vector<int64_t>& lens
   const int64_t planned = call.new_tokens - 1;
   int64_t steps = 0;
   for (; steps < planned && !rows.all_done(); ++steps) {
-    call.accept(rows, decode_one_token(call, rows, lens));
+    call.emit_picked(rows, decode_one_token(call, rows, lens));
     if (call.options.on_step) call.options.on_step(steps + 1, planned);
   }
   return steps;

@@ -26,8 +26,9 @@ using serving_detail::RowTable;
 struct Scheduler::State {
   const LlamaModel& model;
   SchedulerOptions options;
-  std::unique_ptr<Engine> engine;      // the cache, backends and runners (draft model's too)
+  // The head outlives the engine, whose runners' steps may pick with it.
   std::unique_ptr<SamplingHead> head;  // every row's pick, on the cache's device
+  std::unique_ptr<Engine> engine;      // the cache, backends and runners (draft model's too)
   std::unique_ptr<RowTable> table;     // rows()[r] lives in cache row r
   std::unique_ptr<serving_detail::PrefixPool> prefix;  // null: the prefix cache is off
   std::deque<Active> waiting;
@@ -96,13 +97,13 @@ Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions options)
               "full chunk of ", o.prefill_chunk, " tokens to be <= max_len=", o.max_len,
               " but got ", e.max_chunk);
   e.prefill_chunk = o.prefill_chunk;
-  s.engine = std::make_unique<Engine>(model, e);
-  s.options.attend_buckets = s.engine->options().attend_buckets;  // options() shows the default
   SamplingHeadOptions head;
   head.max_batch = o.max_batch;
   head.vocab_size = model.config().vocab_size;
   head.device = model.device();
   s.head = std::make_unique<SamplingHead>(head);
+  s.engine = std::make_unique<Engine>(model, e, s.head.get());
+  s.options.attend_buckets = s.engine->options().attend_buckets;  // options() shows the default
   s.table = std::make_unique<RowTable>(s.engine->cache(), s.engine->draft_cache(), *s.head);
   s.stats.max_batch = o.max_batch;
   if (o.prefix_cache_bytes != 0) {
@@ -237,14 +238,27 @@ int64_t accept_verdict(Active& row, const DecodeCall& call, int64_t i, ServeCloc
 
 // Not in the anonymous namespace: it names the private State.
 struct SchedulerSteps {
-  /// Runs one call (through its runner or eagerly) and accounts for it.
-  static at::Tensor run(Scheduler::State& s, Pass pass, const StepInputs& in, Logits which) {
+  /// Accounts for one call's real and padded tokens.
+  static void count(Scheduler::State& s, Pass pass, const StepInputs& in) {
     const int64_t b = in.ids.size(0), q = in.ids.size(1);
     GraphRunner* runner = s.engine->runner(pass);
     const GraphKey key = runner ? runner->key_for(b, q, in.attend) : GraphKey{b, q, in.attend};
     s.stats.real_tokens += in.real;
     s.stats.padded_tokens += key.batch * key.query_len - in.real;
+  }
+
+  /// Runs one call (through its runner or eagerly) and accounts for it.
+  static at::Tensor run(Scheduler::State& s, Pass pass, const StepInputs& in, Logits which) {
+    count(s, pass, in);
     return s.engine->run(pass, in, which);
+  }
+
+  /// run() with the head's pick of the rows in `takes` (inside the runner's
+  /// step where the engine puts it there); each row's newest logits.
+  static at::Tensor run_and_pick(Scheduler::State& s, Pass pass, const StepInputs& in,
+                                 const std::vector<bool>& takes) {
+    count(s, pass, in);
+    return s.engine->run_and_pick(pass, in, takes);
   }
 
   /// The decode call: every decoding row's newest token, or under
@@ -253,10 +267,9 @@ struct SchedulerSteps {
     DecodeCall out;
     const int64_t k = s.options.speculate;
     if (k == 0) {
-      out.logits = run(s, Pass::kDecode, pack_decode(table), Logits::kLast);
       std::vector<bool> takes(table.live(), false);
       std::fill(takes.begin() + static_cast<int64_t>(table.prefilling()), takes.end(), true);
-      s.head->pick(out.logits, takes);
+      out.logits = run_and_pick(s, Pass::kDecode, pack_decode(table), takes);
     } else {
       if (s.options.draft_model) {
         serving_detail::Drafts d = serving_detail::model_drafts(table, *s.engine, k);
@@ -287,21 +300,28 @@ struct SchedulerSteps {
     for (int64_t r = 0; r < b; ++r)
       every_position =
           every_position || table.rows()[static_cast<size_t>(r)].request.prompt_logprobs >= 0;
-    at::Tensor last;
     if (every_position) {
-      s.stats.real_tokens += in.real;
-      s.stats.padded_tokens += in.ids.numel() - in.real;
-      const at::Tensor all = run_pass(s.model, nullptr, s.engine->backend(), in, Logits::kAll);
-      record_prompt_logprobs(table, fed, all);
-      std::vector<int64_t> ends(fed.begin(), fed.begin() + b);
-      for (int64_t& e : ends) e = std::max<int64_t>(e - 1, 0);
-      const at::Tensor at = at::tensor(ends).to(all.device());
-      last = all.gather(1, at.view({b, 1, 1}).expand({b, 1, all.size(2)})).squeeze(1);
+      prefill_every_position(s, in, fed, b);
     } else {
-      last = run(s, Pass::kPrefill, in, Logits::kLast);
+      run_and_pick(s, Pass::kPrefill, in, prompt_ends(table, fed, b));
     }
-    s.head->pick(last, prompt_ends(table, fed, b));
     if (s.options.draft_model) s.engine->run_draft(in);
+  }
+
+  /// An eager prefill with every position's logits: the prompt
+  /// log-probabilities, then the head's pick from each row's last fed one.
+  static void prefill_every_position(Scheduler::State& s, const StepInputs& in,
+                                     const std::vector<int64_t>& fed, int64_t b) {
+    RowTable& table = *s.table;
+    s.stats.real_tokens += in.real;
+    s.stats.padded_tokens += in.ids.numel() - in.real;
+    const at::Tensor all = run_pass(s.model, nullptr, s.engine->backend(), in, Logits::kAll);
+    record_prompt_logprobs(table, fed, all);
+    std::vector<int64_t> ends(fed.begin(), fed.begin() + b);
+    for (int64_t& e : ends) e = std::max<int64_t>(e - 1, 0);
+    const at::Tensor at = at::tensor(ends).to(all.device());
+    const at::Tensor last = all.gather(1, at.view({b, 1, 1}).expand({b, 1, all.size(2)}));
+    s.head->pick(last.squeeze(1), prompt_ends(table, fed, b));
   }
 
   /// Note [prefix cache]: the new request in row r starts from the longest

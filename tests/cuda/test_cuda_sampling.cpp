@@ -130,3 +130,19 @@ TEST_CASE("on CUDA, one captured pick serves rows whose settings change, never r
   CHECK(runner.stats().failed_captures == 0);
   CHECK(same == total);
 }
+
+TEST_CASE("on CUDA, the head picks inside the captured step what it picks after the replay",
+          "[cuda][sampling][serving]") {
+  // Note [sampling head]: with graphs the head_in_step default puts pick_all
+  // in the prefill and decode graphs; one capture per key serves every mix
+  // of settings as rows come and go.
+  const at::Device gpu(at::kCUDA, 0);
+  const ModelConfig config = named_config("tiny");
+  const LlamaModel model(config, random_weights(config, 3, at::kFloat, gpu));
+  RunnerStats inside;
+  const std::vector<Completion> graphed = test::serve_mixed_sampling(model, std::nullopt, &inside);
+  const std::vector<Completion> after = test::serve_mixed_sampling(model, false);
+  CHECK(inside.failed_captures == 0);
+  CHECK(inside.replays > 0);
+  test::require_same_completions(graphed, after);
+}

@@ -8,6 +8,8 @@
 #include "support/generation.hpp"
 
 #include <statickv/reference/checkpoint.hpp>
+#include <statickv/reference/engine.hpp>
+#include <statickv/reference/generator.hpp>
 #include <statickv/reference/sampling.hpp>
 #include <statickv/reference/scheduler.hpp>
 
@@ -436,4 +438,56 @@ TEST_CASE("what only the head does is refused under speculation, naming both",
   engine.submit(r);  // greedy speculation is served
   engine.run_until_idle();
   CHECK(engine.take_finished().size() == 1);
+}
+
+TEST_CASE("the head picks inside the runners' steps what it picks after the passes",
+          "[sampling][serving]") {
+  const LlamaModel model = tiny();
+  const std::vector<Completion> inside = test::serve_mixed_sampling(model, true);
+  REQUIRE(inside.size() == 5);
+  test::require_same_completions(inside, test::serve_mixed_sampling(model, false));
+}
+
+TEST_CASE("a step whose head picks inside it still copies to the host once, never syncing",
+          "[sampling][serving]") {
+  const LlamaModel model = tiny();
+  SchedulerOptions o = static_rows(4);
+  o.head_in_step = true;
+  Scheduler engine(model, o);
+  submit_counted_batch(engine, 4, /*sampled=*/true);
+  engine.step();
+  OpCounter counter;
+  engine.step();
+  CHECK(counter.syncs() == 0);
+  CHECK(counter.host_copies() == 1);
+}
+
+TEST_CASE("Generator's decode steps pick inside the runner as after it", "[sampling]") {
+  const LlamaModel model = tiny();
+  std::vector<std::vector<int64_t>> tokens;
+  for (const bool inside : {false, true}) {
+    GenerateOptions o;
+    o.cache = CacheKind::kStatic;
+    o.temperature = 0.8, o.top_p = 0.9, o.seed = 5;
+    o.max_new_tokens = 10;
+    o.head_in_step = inside;
+    Generator generator(model, o, 3, 64);
+    const GenerateResult out = generator.generate({{1, 2, 3}, {4, 5}, {6, 7, 8, 9}});
+    for (const auto& row : out.tokens) tokens.push_back(row);
+  }
+  for (size_t r = 0; r < 3; ++r) CHECK(tokens[r] == tokens[r + 3]);
+}
+
+TEST_CASE("head_in_step needs bucketed runners and a head, naming both", "[sampling][serving]") {
+  const LlamaModel model = tiny();
+  SchedulerOptions o = static_rows(2);
+  o.head_in_step = true;
+  o.bucketed = false;
+  require_error([&] { Scheduler engine(model, o); }, {"head_in_step", "bucketed=false"});
+  EngineOptions e;
+  e.cache = CacheKind::kStatic;
+  e.max_batch = 2;
+  e.max_len = 64;
+  e.head_in_step = true;
+  require_error([&] { Engine engine(model, e); }, {"head_in_step", "SamplingHead"});
 }

@@ -6,8 +6,9 @@
 #include <statickv/reference/generator.hpp>
 #include <statickv/reference/scheduler.hpp>
 
+#include <algorithm>
+#include <optional>
 #include <string>
-
 #include <vector>
 
 namespace statickv::test {
@@ -86,6 +87,63 @@ inline void submit_counted_batch(reference::Scheduler& engine, int64_t batch, bo
       q.sampling.presence_penalty = 0.5, q.sampling.logprobs = 2;
     }
     engine.submit(std::move(q));
+  }
+}
+
+/// Serves five staggered requests (greedy and sampled, penalties, bias,
+/// min_tokens, log-probabilities) through a Scheduler of four rows on
+/// `model`'s device whose head picks inside the runners' steps or after the
+/// passes (head_in_step; unset: the engine's default). Completions by id;
+/// `runner` gets the prefill runner's statistics.
+inline std::vector<reference::Completion> serve_mixed_sampling(const reference::LlamaModel& model,
+                                                               std::optional<bool> head_in_step,
+                                                               RunnerStats* runner = nullptr) {
+  reference::SchedulerOptions o = static_rows(4);
+  o.prefill_chunk = 4;
+  o.head_in_step = head_in_step;
+  reference::Scheduler engine(model, o);
+  std::vector<reference::Request> requests(5);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    reference::Request& q = requests[i];
+    q.id = std::to_string(i);
+    q.prompt = {3, 1, 4, 1, 5, 9, 2, static_cast<int64_t>(i)};
+    q.prompt.resize(3 + 2 * i);
+    q.max_new_tokens = 6 + static_cast<int64_t>(i);
+    q.stop = std::vector<int64_t>{7};
+    q.sampling.seed = 40 + i;
+  }
+  requests[0].sampling.temperature = 0.9, requests[0].sampling.top_p = 0.8;
+  requests[1].sampling.repetition_penalty = 1.3, requests[1].sampling.logprobs = 3;
+  requests[2].sampling.temperature = 1.2, requests[2].sampling.top_k = 7;
+  requests[2].sampling.logit_bias = {{11, 2.5}}, requests[2].sampling.min_tokens = 4;
+  requests[3].sampling.temperature = 0.7, requests[3].sampling.min_p = 0.1;
+  requests[3].sampling.frequency_penalty = 0.6, requests[3].sampling.logprobs = 1;
+  requests[4].sampling.temperature = 1.0, requests[4].sampling.presence_penalty = 0.8;
+  for (const reference::Request& q : requests) {
+    engine.submit(q);
+    engine.step();  // arrivals between steps: rows move, prefill meets decode
+  }
+  engine.run_until_idle();
+  if (runner) *runner = engine.stats().runner;
+  std::vector<reference::Completion> done = engine.take_finished();
+  std::sort(
+      done.begin(), done.end(),
+      [](const reference::Completion& a, const reference::Completion& b) { return a.id < b.id; });
+  return done;
+}
+
+/// The same tokens, log-probabilities (within 1e-5) and alternatives.
+inline void require_same_completions(const std::vector<reference::Completion>& a,
+                                     const std::vector<reference::Completion>& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("request " << a[i].id);
+    CHECK(a[i].tokens == b[i].tokens);
+    REQUIRE(a[i].logprobs.size() == b[i].logprobs.size());
+    for (size_t t = 0; t < a[i].logprobs.size(); ++t) {
+      CHECK(a[i].logprobs[t].logprob == Approx(b[i].logprobs[t].logprob).margin(1e-5));
+      CHECK(a[i].logprobs[t].top.size() == b[i].logprobs[t].top.size());
+    }
   }
 }
 

@@ -18,6 +18,7 @@
 #include <statickv/graph_runner.hpp>
 #include <statickv/reference/backends.hpp>
 #include <statickv/reference/model.hpp>
+#include <statickv/reference/sampling.hpp>
 
 #include <ATen/ATen.h>
 
@@ -37,10 +38,13 @@ const char* to_string(CacheKind kind);
 /// One forward pass's inputs: ids and positions [b, q] in host memory
 /// (position -1 = a padded token), the attended length (one past the
 /// highest position fed, at least 1) and how many tokens are real.
+/// `takes` (int64 [b], host; Engine::run_and_pick sets it) marks the rows
+/// the sampling head picks inside a runner's step; undefined: none.
 struct StepInputs {
   at::Tensor ids, positions;
   int64_t attend = 1;
   int64_t real = 0;
+  at::Tensor takes;
 };
 
 /// The one packer of step inputs: a [b, q] grid of padding (id 0, position
@@ -64,8 +68,9 @@ class StepPacker {
 };
 
 /// The one runner-or-eager dispatch: moves `in` to the model's device, then
-/// runs `runner` when there is one (it pads to its buckets) or the model's
-/// eager forward through `backend`. Returns the model's logits.
+/// runs `runner` when there is one (it pads to its buckets; a runner with a
+/// third input gets in.takes, zeros when undefined) or the model's eager
+/// forward through `backend`. Returns the model's logits.
 at::Tensor run_pass(const LlamaModel& model, GraphRunner* runner, AttentionBackend& backend,
                     const StepInputs& in, Logits which);
 
@@ -118,6 +123,14 @@ struct EngineSettings {
   /// whose rows mirror the target's. Not owned: it must outlive the user.
   /// nullptr: prompt lookup.
   const LlamaModel* draft_model = nullptr;
+  /// Bucketed: the sampling head picks inside the prefill and decode
+  /// runners' steps (SamplingHead::pick_all, every stage), so a CUDA graph
+  /// replays the forward and the pick as one (Note [sampling head]).
+  /// Unset: exactly when the runners capture CUDA graphs; true on the CPU
+  /// runs the launches a capture would replay (slower: every stage for
+  /// every row); false: the pick runs after the pass, its stages chosen by
+  /// what the rows ask.
+  std::optional<bool> head_in_step;
 };
 
 /// Everything an Engine is built from: the shared settings plus the sizes
@@ -140,9 +153,11 @@ struct EngineOptions : EngineSettings {
 class Engine {
  public:
   /// Builds everything; refuses, naming the option, a static cache for a
-  /// model with sliding layers, a verification step longer than max_chunk
-  /// and buckets that cannot serve max_len.
-  Engine(const LlamaModel& model, const EngineOptions& options);
+  /// model with sliding layers, a verification step longer than max_chunk,
+  /// buckets that cannot serve max_len and head_in_step without bucketed
+  /// runners or a head. `head` (not owned, outliving the engine) is the
+  /// sampling head run_and_pick picks with; nullptr: none.
+  Engine(const LlamaModel& model, const EngineOptions& options, SamplingHead* head = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -163,6 +178,13 @@ class Engine {
 
   /// One target pass (run_pass through runner(pass)).
   at::Tensor run(Pass pass, const StepInputs& in, Logits which);
+  /// A prefill or decode pass whose rows' newest logits the head picks
+  /// from, row r when takes[r]: inside the runner's step when
+  /// head_in_step() (one replay on a GPU), else right after the pass.
+  /// Returns the rows' newest logits [b, vocab]; the head's fetch reads the picks.
+  at::Tensor run_and_pick(Pass pass, const StepInputs& in, const std::vector<bool>& takes);
+  /// Whether run_and_pick picks inside the runners' steps (resolved option).
+  bool head_in_step() const { return head_in_step_; }
   /// One eager pass of the draft model on its cache: the newest logits [b, vocab].
   at::Tensor run_draft(const StepInputs& in);
 
@@ -172,6 +194,7 @@ class Engine {
 
  private:
   void check_buckets() const;
+  void resolve_head_in_step();
   void build_runners();
 
   const LlamaModel& model_;
@@ -182,6 +205,8 @@ class Engine {
   std::unique_ptr<Cache> draft_cache_;
   std::unique_ptr<CacheBackend> draft_backend_;
   std::unique_ptr<GraphRunner> prefill_runner_, decode_runner_, verify_runner_;
+  SamplingHead* head_ = nullptr;
+  bool head_in_step_ = false;
 };
 
 }  // namespace statickv::reference
