@@ -4,6 +4,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <utility>
+
 namespace statickv::serve {
 
 using reference::Completion;
@@ -25,13 +27,13 @@ void Stream::reject(const ApiError& error) {
 
 void Stream::push(Piece piece) {
   std::lock_guard<std::mutex> lock(mutex_);
-  pieces_.push_back(std::move(piece));
+  pending_.pieces.push_back(std::move(piece));
   changed_.notify_all();
 }
 
 void Stream::end(End end) {
   std::lock_guard<std::mutex> lock(mutex_);
-  end_ = std::move(end);
+  pending_.ends.push_back(std::move(end));
   changed_.notify_all();
 }
 
@@ -41,15 +43,11 @@ void Stream::wait_accepted() {
   if (rejected_) throw *rejected_;
 }
 
-std::vector<Stream::Piece> Stream::next(std::chrono::milliseconds timeout,
-                                        std::optional<End>* end) {
+Stream::Batch Stream::next(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait_for(lock, timeout, [&] { return !pieces_.empty() || end_.has_value(); });
-  std::vector<Piece> out(std::make_move_iterator(pieces_.begin()),
-                         std::make_move_iterator(pieces_.end()));
-  pieces_.clear();
-  if (end_) *end = end_;
-  return out;
+  changed_.wait_for(lock, timeout,
+                    [&] { return !pending_.pieces.empty() || !pending_.ends.empty(); });
+  return std::exchange(pending_, Batch());
 }
 
 HttpEngine::HttpEngine(reference::Scheduler& engine, std::shared_ptr<TextTools> text,
@@ -141,25 +139,43 @@ void HttpEngine::take_inbox() {
 }
 
 void HttpEngine::admit(Submission s) {
-  Live live;
-  live.stream = s.stream;
-  if (text_) live.decoder = text_->stream();
-  if (!s.stop.empty()) live.stop.emplace(s.stop);
-  const std::string id = s.request.id;
-  const auto prompt_tokens = static_cast<int64_t>(s.request.prompt.size());
-  s.request.on_token = [this](const std::string& row, int64_t token) { on_token(row, token); };
-  try {
-    engine_.submit(std::move(s.request));
-  } catch (const c10::Error& e) {
-    // The engine's messages start with the field they refuse ("prompt[1]: ...").
-    const std::string what = e.what_without_backtrace();
-    const std::string field = what.substr(0, what.find(':'));
-    live.stream->reject(
-        ApiError(400, what, field.find(' ') == std::string::npos ? field : std::string()));
-    return;
+  // One verdict per request: a choice the engine refuses refuses them all,
+  // and the choices admitted before it are cancelled and forgotten.
+  std::vector<std::string> admitted;
+  int64_t prompt_tokens = 0;
+  for (size_t i = 0; i < s.choices.size(); ++i) {
+    reference::Request& r = s.choices[i];
+    Live live;
+    live.index = static_cast<int64_t>(i);
+    live.stream = s.stream;
+    if (text_) live.decoder = text_->stream();
+    if (!s.stop.empty()) live.stop.emplace(s.stop);
+    const std::string id = r.id;
+    prompt_tokens += static_cast<int64_t>(r.prompt.size());
+    r.on_token = [this](const std::string& row, int64_t token) { on_token(row, token); };
+    if (r.sampling.logprobs >= 0) {
+      r.on_logprob = [this](const std::string& row, const reference::TokenLogprob& lp) {
+        on_logprob(row, lp);
+      };
+    }
+    try {
+      engine_.submit(std::move(r));
+    } catch (const c10::Error& e) {
+      for (const std::string& done : admitted) {
+        engine_.cancel(done);
+        live_.erase(done);
+      }
+      // The engine's messages start with the field they refuse ("prompt[1]: ...").
+      const std::string what = e.what_without_backtrace();
+      const std::string field = what.substr(0, what.find(':'));
+      s.stream->reject(
+          ApiError(400, what, field.find(' ') == std::string::npos ? field : std::string()));
+      return;
+    }
+    admitted.push_back(id);
+    live_.emplace(id, std::move(live));
   }
   metrics_.count("statickv_prompt_tokens_total", prompt_tokens);
-  live_.emplace(id, std::move(live));
   s.stream->accept();
 }
 
@@ -172,6 +188,12 @@ void HttpEngine::on_token(const std::string& id, int64_t token) {
   ++l.tokens;
   // A matched stop string ends the request after the step (after_step).
   if (l.decoder) l.pending.text += l.sendable(l.decoder->push(token), /*last=*/false);
+}
+
+void HttpEngine::on_logprob(const std::string& id, const reference::TokenLogprob& logprob) {
+  const auto it = live_.find(id);
+  if (it == live_.end() || it->second.stop_matched) return;
+  it->second.pending.logprobs.push_back(logprob);
 }
 
 std::string HttpEngine::Live::sendable(const std::string& piece, bool last) {
@@ -189,6 +211,7 @@ void HttpEngine::after_step() {
     }
     if (l.pending.ids.empty()) continue;
     metrics_.count("statickv_generation_tokens_total", static_cast<int64_t>(l.pending.ids.size()));
+    l.pending.index = l.index;
     l.stream->push(std::exchange(l.pending, Stream::Piece()));
   }
 }
@@ -199,7 +222,7 @@ void HttpEngine::finish(const Completion& c) {
   Live& l = it->second;
   if (l.decoder && !l.stop_matched) {  // the characters an unfinished byte sequence held
     const std::string rest = l.sendable(l.decoder->finish(), /*last=*/true);
-    if (!rest.empty()) l.stream->push({rest, {}, ServeClock::now()});
+    if (!rest.empty()) l.stream->push({l.index, rest, {}, {}, ServeClock::now()});
   }
   std::string finish = reference::to_string(c.finish);
   if (l.stop_matched) finish = "stop";
@@ -211,7 +234,7 @@ void HttpEngine::finish(const Completion& c) {
     metrics_.observe("statickv_time_per_output_token_seconds",
                      1.0 / c.stats.decode_tokens_per_second);
   }
-  l.stream->end({finish, c.error, l.tokens});
+  l.stream->end({l.index, finish, c.error, l.tokens, c.prompt_logprobs});
   live_.erase(it);
 }
 

@@ -26,20 +26,32 @@
 
 namespace statickv::serve {
 
-/// One request's channel: written by the engine thread, read by its
-/// handler thread.
+/// One HTTP request's channel, shared by its choices: written by the
+/// engine thread, read by its handler thread.
 class Stream {
  public:
   struct Piece {
+    int64_t index = 0;  ///< the choice
     std::string text;
     std::vector<int64_t> ids;
-    reference::ServeClock::time_point produced;  ///< when the engine emitted the last id
+    std::vector<reference::TokenLogprob> logprobs;  ///< one per id, when asked
+    reference::ServeClock::time_point produced;     ///< when the engine emitted the last id
   };
   struct End {
+    int64_t index = 0;   ///< the choice
     std::string finish;  ///< "stop" | "length" | "error"
     std::string error;   ///< finish "error" only
     int64_t completion_tokens = 0;
+    std::vector<reference::TokenLogprob> prompt_logprobs;  ///< echo with logprobs
   };
+  /// What next() hands over.
+  struct Batch {
+    std::vector<Piece> pieces;
+    std::vector<End> ends;
+  };
+
+  explicit Stream(int64_t choices = 1) : choices_(choices) {}
+  int64_t choices() const { return choices_; }
 
   // The engine thread.
   void accept();
@@ -50,22 +62,24 @@ class Stream {
   // The handler thread.
   /// Waits for the engine's verdict; throws the ApiError of a rejection.
   void wait_accepted();
-  /// Waits up to `timeout` for pieces or the end; returns the pieces since
-  /// the last call, and sets `end` once the request has ended.
-  std::vector<Piece> next(std::chrono::milliseconds timeout, std::optional<End>* end);
+  /// Waits up to `timeout` for pieces or ends; returns those since the
+  /// last call.
+  Batch next(std::chrono::milliseconds timeout);
 
  private:
+  const int64_t choices_;
   std::mutex mutex_;
   std::condition_variable changed_;
   bool decided_ = false;
   std::optional<ApiError> rejected_;
-  std::deque<Piece> pieces_;
-  std::optional<End> end_;
+  Batch pending_;
 };
 
-/// A request ready for the engine: prompt ids, limits, sampling, stops.
+/// A request ready for the engine: one Scheduler request per choice
+/// (prompt ids, limits, sampling; choice i's id is the i-th), its stop
+/// strings and its channel.
 struct Submission {
-  reference::Request request;  ///< id unique per server; arrival set
+  std::vector<reference::Request> choices;
   std::vector<std::string> stop;
   std::shared_ptr<Stream> stream;
 };
@@ -89,6 +103,7 @@ class HttpEngine {
 
  private:
   struct Live {
+    int64_t index = 0;  ///< the choice of its HTTP request
     std::shared_ptr<Stream> stream;
     std::optional<TextStream> decoder;
     std::optional<reference::StopText> stop;
@@ -104,6 +119,7 @@ class HttpEngine {
   void take_inbox();
   void admit(Submission submission);
   void on_token(const std::string& id, int64_t token);
+  void on_logprob(const std::string& id, const reference::TokenLogprob& logprob);
   void after_step();
   void finish(const reference::Completion& c);
   void publish_gauges();

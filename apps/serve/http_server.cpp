@@ -2,13 +2,18 @@
 
 #include "http_server.hpp"
 
+#include "http_answer.hpp"
+#include "http_plan.hpp"
+
 #include <httplib.h>
 #include <sys/socket.h>
 
 #include <csignal>
 #include <cstdio>
 #include <ctime>
+#include <functional>
 #include <random>
+#include <set>
 #include <thread>
 
 namespace statickv::serve {
@@ -37,19 +42,15 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.set_content(error_body(e), "application/json");
 }
 
-std::string sse(const json& event) { return "data: " + event.dump() + "\n\n"; }
-
 bool write(httplib::DataSink& sink, const std::string& bytes) {
   return sink.write(bytes.data(), bytes.size());
 }
 
-/// Everything one streamed response needs between provider calls.
+/// One streamed response between provider calls.
 struct StreamState {
-  ResponseHead head;
-  std::shared_ptr<Stream> stream;
-  bool include_usage = false;
-  int64_t prompt_tokens = 0;
-  bool first = true, finished = false;
+  Plan plan;
+  std::optional<StreamAnswer> answer;
+  bool opened = false, finished = false;
 };
 
 class Front {
@@ -61,7 +62,9 @@ class Front {
         o_(options),
         max_len_(max_len),
         metrics_(metrics),
-        created_(static_cast<int64_t>(std::time(nullptr))) {}
+        created_(static_cast<int64_t>(std::time(nullptr))) {
+    metrics_.count("statickv_ignored_fields_total", 0);
+  }
 
   void routes(httplib::Server& svr);
   /// SIGTERM: new requests get 503; returns once every request in flight
@@ -70,12 +73,13 @@ class Front {
 
  private:
   void generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
-  Submission submission(const ApiRequest& api, ServeClock::time_point arrival);
-  std::vector<int64_t> prompt_ids(const ApiRequest& api);
-  void answer_whole(const ResponseHead& head, const Submission& s, httplib::Response& res);
-  void answer_stream(const ApiRequest& api, const ResponseHead& head, const Submission& s,
+  void note_ignored(const std::vector<std::string>& fields);
+  uint64_t request_seed(const ApiRequest& api);
+  void answer_stream(const ApiRequest& api, const ResponseHead& head, Plan plan,
                      httplib::Response& res);
-  bool write_pieces(StreamState& st, httplib::DataSink& sink);
+  bool write_events(StreamState& st, httplib::DataSink& sink);
+  void tokenizer_routes(httplib::Server& svr);
+  TokenText token_text() const;
   bool authorized(const httplib::Request& req) const;
 
   HttpEngine& engine_;
@@ -89,75 +93,37 @@ class Front {
   std::atomic<bool> draining_{false};
   std::mutex seed_mutex_;
   std::mt19937_64 seeds_{std::random_device{}()};
+  std::mutex ignored_mutex_;
+  std::set<std::string> ignored_;  // unknown field names logged so far
 };
 
 bool Front::authorized(const httplib::Request& req) const {
   return o_.api_key.empty() || req.get_header_value("Authorization") == "Bearer " + o_.api_key;
 }
 
-std::vector<int64_t> Front::prompt_ids(const ApiRequest& api) {
-  if (api.endpoint == Endpoint::kChat || api.prompt_text) {
-    const std::string field = api.endpoint == Endpoint::kChat ? "messages" : "prompt";
-    if (!text_) {
-      throw ApiError(400,
-                     field +
-                         ": expected token ids: this server has no tokenizer (start it "
-                         "with a checkpoint that has tokenizer.json, or --tokenizer)",
-                     field);
-    }
-    try {
-      return api.endpoint == Endpoint::kChat ? text_->apply_chat(api.messages_json)
-                                             : text_->encode_prompt(*api.prompt_text);
-    } catch (const std::exception& e) {
-      throw ApiError(400, std::string(field == "messages" ? "" : "prompt: ") + e.what(), field);
-    }
-  }
-  return api.prompt_ids;
+TokenText Front::token_text() const {
+  if (!text_) return [](int64_t id) { return id_text(id); };
+  return [text = text_](int64_t id) { return text->token_text(id); };
 }
 
-Submission Front::submission(const ApiRequest& api, ServeClock::time_point arrival) {
-  Submission s;
-  reference::Request& r = s.request;
-  r.prompt = prompt_ids(api);
-  const auto prompt = static_cast<int64_t>(r.prompt.size());  // empty: the engine refuses it
-  const int64_t room = max_len_ - prompt;
-  if (room < 1) {
-    throw ApiError(400,
-                   "prompt: expected at most " + std::to_string(max_len_ - 1) +
-                       " tokens (--max-len " + std::to_string(max_len_) + ") but got " +
-                       std::to_string(prompt),
-                   api.endpoint == Endpoint::kChat ? "messages" : "prompt");
+/// Field policy (docs/serving.md): an unknown field is ignored, logged the
+/// first time its name is seen and counted in /metrics.
+void Front::note_ignored(const std::vector<std::string>& fields) {
+  for (const std::string& field : fields) {
+    metrics_.count("statickv_ignored_fields_total", 1);
+    std::lock_guard<std::mutex> lock(ignored_mutex_);
+    if (!ignored_.insert(field).second) continue;
+    std::fprintf(stderr,
+                 "statickv-serve: ignoring the unknown request field '%s' (--strict-fields "
+                 "refuses it)\n",
+                 field.c_str());
   }
-  const std::string& max_field = api.max_tokens_field;
-  if (api.max_tokens && *api.max_tokens > room) {
-    throw ApiError(400,
-                   max_field + ": expected prompt tokens (" + std::to_string(prompt) + ") + " +
-                       max_field + " <= " + std::to_string(max_len_) + " (--max-len) but got " +
-                       std::to_string(*api.max_tokens),
-                   max_field);
-  }
-  const int64_t fallback = api.endpoint == Endpoint::kChat ? room : 16;
-  r.max_new_tokens =
-      api.max_tokens.value_or(std::min(room, o_.defaults.max_new_tokens.value_or(fallback)));
-  r.sampling.temperature = api.temperature.value_or(o_.defaults.temperature);
-  if (r.sampling.temperature > 0) {  // temperature 0 is greedy: the filters do not apply
-    r.sampling.top_p = api.top_p.value_or(o_.defaults.top_p);
-    r.sampling.top_k = api.top_k.value_or(o_.defaults.top_k);
-  }
-  if (api.seed) {
-    r.sampling.seed = *api.seed;
-  } else {
-    std::lock_guard<std::mutex> lock(seed_mutex_);
-    r.sampling.seed = seeds_();
-  }
-  if (!api.stop.empty() && !text_) {
-    throw ApiError(400, "stop: expected no stop strings: this server has no tokenizer", "stop");
-  }
-  s.stop = api.stop;
-  r.id = std::to_string(next_id_++);
-  r.arrival = arrival;
-  s.stream = std::make_shared<Stream>();
-  return s;
+}
+
+uint64_t Front::request_seed(const ApiRequest& api) {
+  if (api.seed) return *api.seed;
+  std::lock_guard<std::mutex> lock(seed_mutex_);
+  return seeds_();
 }
 
 void Front::drain() {
@@ -175,89 +141,124 @@ void Front::generate(Endpoint endpoint, const httplib::Request& req, httplib::Re
       throw ApiError(503, "server shutting down (SIGTERM): it takes no new requests", "",
                      "server_error", "shutting_down");
     }
-    const ApiRequest api = parse_request(endpoint, req.body, o_.served_model);
-    const Submission s = submission(api, arrival);
-    const ResponseHead head{endpoint,
-                            (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + s.request.id,
+    const ApiRequest api = parse_request(endpoint, req.body, o_.served_model, o_.strict_fields);
+    note_ignored(api.ignored);
+    const std::string id = std::to_string(next_id_++);
+    Plan plan = plan_request(api, {text_.get(), o_, max_len_}, request_seed(api), id, arrival);
+    const ResponseHead head{endpoint, (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + id,
                             o_.served_model, static_cast<int64_t>(std::time(nullptr))};
-    engine_.submit(Submission(s));  // s stays: the answer names its prompt
-    s.stream->wait_accepted();
+    engine_.submit(plan.submission);  // the plan keeps its copy: the answer names its prompts
+    plan.submission.stream->wait_accepted();
     if (api.stream) {
-      answer_stream(api, head, s, res);
+      answer_stream(api, head, std::move(plan), res);
       streaming = true;  // in flight until the stream is released
     } else {
-      answer_whole(head, s, res);
+      res.set_content(json_text(whole_answer(plan, head, token_text())), "application/json");
     }
   } catch (const ApiError& e) {
     send_error(res, e);
+  } catch (const std::exception& e) {  // a bug, not the client's: answered, never leaked
+    send_error(res, ApiError(500, std::string("server error: ") + e.what(), "", "server_error"));
   }
   if (!streaming) --in_flight_;
 }
 
-void Front::answer_whole(const ResponseHead& head, const Submission& s, httplib::Response& res) {
-  std::string text;
-  std::vector<int64_t> ids;
-  std::optional<Stream::End> end;
-  while (!end) {
-    for (Stream::Piece& p : s.stream->next(std::chrono::seconds(1), &end)) {
-      text += p.text;
-      ids.insert(ids.end(), p.ids.begin(), p.ids.end());
-    }
-  }
-  if (end->finish == "error") {
-    send_error(res, ApiError(500, end->error, "", "server_error"));
-    return;
-  }
-  const Usage usage{static_cast<int64_t>(s.request.prompt.size()), end->completion_tokens};
-  res.set_content(response_body(head, text, ids, end->finish, usage, s.request.prompt).dump(),
-                  "application/json");
-}
-
-void Front::answer_stream(const ApiRequest& api, const ResponseHead& head, const Submission& s,
+void Front::answer_stream(const ApiRequest& api, const ResponseHead& head, Plan plan,
                           httplib::Response& res) {
   auto st = std::make_shared<StreamState>();
-  st->head = head;
-  st->stream = s.stream;
-  st->include_usage = api.include_usage;
-  st->prompt_tokens = static_cast<int64_t>(s.request.prompt.size());
-  const std::string id = s.request.id;
+  st->plan = std::move(plan);
+  st->answer.emplace(st->plan, head, token_text(), api.include_usage, api.continuous_usage);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, st](size_t, httplib::DataSink& sink) { return write_pieces(*st, sink); },
-      [this, st, id](bool) {
-        if (!st->finished) engine_.cancel(id);  // the client went away: free its row
+      [this, st](size_t, httplib::DataSink& sink) { return write_events(*st, sink); },
+      [this, st](bool) {
+        if (!st->finished) {  // the client went away: free its rows
+          for (const reference::Request& r : st->plan.submission.choices) engine_.cancel(r.id);
+        }
         --in_flight_;
       });
 }
 
-bool Front::write_pieces(StreamState& st, httplib::DataSink& sink) {
-  if (st.first && st.head.endpoint == Endpoint::kChat) {
-    if (!write(sink, sse(stream_chunk(st.head, "", {}, true, std::nullopt)))) return false;
+bool Front::write_events(StreamState& st, httplib::DataSink& sink) {
+  if (!st.opened) {
+    st.opened = true;
+    const std::string opening = st.answer->opening();
+    if (!opening.empty() && !write(sink, opening)) return false;
   }
-  st.first = false;
-  std::optional<Stream::End> end;
-  for (const Stream::Piece& p : st.stream->next(std::chrono::milliseconds(100), &end)) {
-    if (!write(sink, sse(stream_chunk(st.head, p.text, p.ids, false, std::nullopt)))) return false;
+  const Stream::Batch batch = st.plan.submission.stream->next(std::chrono::milliseconds(100));
+  const std::string events = st.answer->events(batch);
+  for (const Stream::Piece& p : batch.pieces) {
     const double seconds = std::chrono::duration<double>(ServeClock::now() - p.produced).count();
     for (size_t i = 0; i < p.ids.size(); ++i) {
       metrics_.observe("statickv_http_token_write_seconds", seconds);
     }
   }
-  if (!end) return sink.is_writable();
-  std::string tail;
-  if (end->finish == "error") {
-    tail = sse(json::parse(error_body(ApiError(500, end->error, "", "server_error"))));
-  } else {
-    tail = sse(stream_chunk(st.head, "", {}, false, end->finish));
-    if (st.include_usage)
-      tail += sse(usage_chunk(st.head, {st.prompt_tokens, end->completion_tokens}));
-  }
-  tail += "data: [DONE]\n\n";
+  if (!st.answer->done()) return events.empty() ? sink.is_writable() : write(sink, events);
   st.finished = true;  // the engine is done with it, whatever the socket says
-  if (!write(sink, tail)) return false;
+  if (!write(sink, events)) return false;
   sink.done();
   return true;
+}
+
+/// vLLM's tokenizer routes, as lm-evaluation-harness's remote tokenizer
+/// calls them (docs/serving.md, "Routes"); without a tokenizer each answers
+/// 404 naming it, so such clients fall back to their own.
+void Front::tokenizer_routes(httplib::Server& svr) {
+  const auto tokenizer = [this]() -> TextTools& {
+    if (!text_) {
+      throw ApiError(404,
+                     "tokenizer: expected a server with a tokenizer (tokenizer.json) but it "
+                     "has none",
+                     "", "not_found");
+    }
+    return *text_;
+  };
+  const auto answer = [](httplib::Response& res, const std::function<json()>& body) {
+    try {
+      res.set_content(json_text(body()), "application/json");
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  };
+  svr.Post("/tokenize", [=](const httplib::Request& req, httplib::Response& res) {
+    answer(res, [&] {
+      const TokenizeRequest r = parse_tokenize(req.body);
+      TextTools& text = tokenizer();
+      std::vector<int64_t> ids;
+      try {
+        ids = r.prompt
+                  ? (r.add_special_tokens ? text.encode_prompt(*r.prompt) : text.encode(*r.prompt))
+                  : text.apply_chat(r.messages_json);
+      } catch (const std::exception& e) {
+        throw ApiError(400, std::string(r.prompt ? "prompt: " : "") + e.what(),
+                       r.prompt ? "prompt" : "messages");
+      }
+      return json{{"count", ids.size()}, {"max_model_len", max_len_}, {"tokens", ids}};
+    });
+  });
+  svr.Post("/detokenize", [=](const httplib::Request& req, httplib::Response& res) {
+    answer(res, [&] {
+      const std::vector<int64_t> ids = parse_detokenize(req.body);
+      TextTools& text = tokenizer();
+      try {
+        return json{{"prompt", text.decode(ids)}};
+      } catch (const std::exception& e) {
+        throw ApiError(400, std::string("tokens: ") + e.what(), "tokens");
+      }
+    });
+  });
+  svr.Get("/tokenizer_info", [=](const httplib::Request&, httplib::Response& res) {
+    answer(res, [&] {
+      TextTools& text = tokenizer();
+      const std::string eos = text.eos_token();
+      return json{{"tokenizer_class", "statickv"},
+                  {"eos_token", eos.empty() ? json(nullptr) : json(eos)},
+                  {"bos_token", nullptr},
+                  {"pad_token", nullptr},
+                  {"model_max_length", max_len_}};
+    });
+  });
 }
 
 void Front::routes(httplib::Server& svr) {
@@ -279,8 +280,10 @@ void Front::routes(httplib::Server& svr) {
     generate(Endpoint::kChat, req, res);
   });
   svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(models_body(o_.served_model, created_).dump(), "application/json");
+    res.set_content(json_text(models_body(o_.served_model, created_, o_.root, max_len_)),
+                    "application/json");
   });
+  tokenizer_routes(svr);
   svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
@@ -293,12 +296,12 @@ void Front::routes(httplib::Server& svr) {
       send_error(res, ApiError(405, req.method + " " + req.path + ": expected " + allow));
     };
   };
-  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+  for (const char* path : {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"}) {
     svr.Get(path, wrong_method("POST"));
     svr.Put(path, wrong_method("POST"));
     svr.Delete(path, wrong_method("POST"));
   }
-  for (const char* path : {"/v1/models", "/health", "/metrics"}) {
+  for (const char* path : {"/v1/models", "/health", "/metrics", "/tokenizer_info"}) {
     svr.Post(path, wrong_method("GET"));
   }
 }
@@ -311,7 +314,8 @@ void error_answers(httplib::Server& svr, Metrics& metrics) {
     std::string what = req.method + " " + req.path;
     if (res.status == 404)
       what +=
-          ": no such route (/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)";
+          ": no such route (/v1/completions, /v1/chat/completions, /v1/models, /tokenize, "
+          "/detokenize, /tokenizer_info, /health, /metrics)";
     if (res.status == 413) what = "body: expected at most --max-body-bytes but got more";
     if (res.status == 400) what = "body: the request could not be read";
     res.set_content(error_body(ApiError(res.status, what, "",

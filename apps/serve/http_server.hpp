@@ -24,6 +24,9 @@ struct HttpOptions {
   int64_t max_queue = 64;
   std::string api_key;  ///< empty: no key asked
   int64_t max_body_bytes = 1 << 20;
+  int64_t max_n = 1;           ///< most choices per request (400 past it)
+  bool strict_fields = false;  ///< an unknown field is a 400, not ignored
+  std::string root;            ///< /v1/models' root: the checkpoint (or the shape)
   GenerationDefaults defaults;
 };
 

@@ -40,7 +40,8 @@ struct Options {
   std::string http, served_model_name, api_key;
   std::string http_host = "127.0.0.1";  // --http, parsed
   int http_port = 0;
-  int64_t http_threads = 128, max_queue = 64, max_body_bytes = 1 << 20;
+  int64_t http_threads = 128, max_queue = 64, max_body_bytes = 1 << 20, max_n = 0;
+  bool strict_fields = false;
 };
 
 void add_http_flags(apps::Flags& flags, Options* o) {
@@ -58,6 +59,13 @@ void add_http_flags(apps::Flags& flags, Options* o) {
             "require 'Authorization: Bearer KEY' on /v1/ routes (401 otherwise)");
   flags.add("--max-body-bytes N", &o->max_body_bytes, "largest request body (413 past it)",
             /*min=*/1);
+  flags.add("--max-n N", &o->max_n,
+            "most choices per request: n times the prompts in a list (400 past it; default 0: "
+            "--max-batch)",
+            /*min=*/0);
+  flags.add_switch("--strict-fields", &o->strict_fields,
+                   "answer 400 to a request field the server does not know (default: ignore it, "
+                   "logged once per name and counted in /metrics)");
 }
 
 /// --http HOST:PORT or PORT into o.http_host and o.http_port.
@@ -79,8 +87,8 @@ void parse_http_address(Options& o) {
 
 /// The --http flags need --http, and --http takes no --tp.
 void check_http_flags(const apps::Flags& flags, Options& o) {
-  for (const char* name :
-       {"--served-model-name", "--http-threads", "--max-queue", "--api-key", "--max-body-bytes"}) {
+  for (const char* name : {"--served-model-name", "--http-threads", "--max-queue", "--api-key",
+                           "--max-body-bytes", "--max-n", "--strict-fields"}) {
     if (o.http.empty() && flags.given(name)) {
       throw FlagError(std::string(name) + ": expected --http with it (a JSON-lines server has no " +
                       "HTTP side)");
@@ -342,6 +350,9 @@ int serve_http(Scheduler& engine, const Options& o, std::shared_ptr<serve::TextT
   h.max_queue = o.max_queue;
   h.api_key = o.api_key;
   h.max_body_bytes = o.max_body_bytes;
+  h.max_n = o.max_n > 0 ? o.max_n : o.max_batch;
+  h.strict_fields = o.strict_fields;
+  h.root = o.checkpoint.empty() ? o.shape : o.checkpoint;
   h.defaults = serve::GenerationDefaults::load(o.checkpoint);
   return serve::serve_http(engine, std::move(text), h);
 #else

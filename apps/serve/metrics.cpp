@@ -21,6 +21,8 @@ const std::map<std::string, std::string>& help() {
       {"statickv_step_seconds", "One engine step (a batched forward pass)."},
       {"statickv_http_token_write_seconds",
        "A streamed token produced by the engine to its bytes written to the socket."},
+      {"statickv_ignored_fields_total",
+       "Unknown request fields ignored (--strict-fields refuses)."},
       {"statickv_queue_depth", "Requests waiting for a cache row."},
       {"statickv_rows_in_use", "Cache rows serving a request."},
       {"statickv_rows_total", "Cache rows (--max-batch)."},

@@ -2,6 +2,9 @@
 
 #include "openai.hpp"
 
+#include "fields.hpp"
+
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -21,22 +24,27 @@ namespace {
   throw ApiError(400, field + ": expected " + expected + " but got " + got.dump(), field);
 }
 
-int64_t integer(const Body& v, const std::string& field) {
-  if (v.is_number_integer() &&
-      !(v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
-    return v.get<int64_t>();
+const FieldReader<Body>& reader() {
+  static const FieldReader<Body> r([](const std::string& field, const std::string& expected,
+                                      const Body& got) { refuse(field, expected, got); });
+  return r;
+}
+
+int64_t integer(const Body& v, const std::string& field) { return reader().integer(v, field); }
+double number(const Body& v, const std::string& field) { return reader().number(v, field); }
+std::string text(const Body& v, const std::string& field) { return reader().text(v, field); }
+bool given(const Body& body, const std::string& key) { return FieldReader<Body>::given(body, key); }
+
+Body parsed_object(const std::string& body_text) {
+  Body body;
+  try {
+    body = Body::parse(body_text);
+  } catch (const Body::parse_error& e) {
+    throw ApiError(
+        400, std::string("body: expected a JSON object but got malformed JSON (") + e.what() + ")");
   }
-  refuse(field, "an integer", v);
-}
-
-double number(const Body& v, const std::string& field) {
-  if (!v.is_number() || !std::isfinite(v.get<double>())) refuse(field, "a finite number", v);
-  return v.get<double>();
-}
-
-std::string text(const Body& v, const std::string& field) {
-  if (!v.is_string()) refuse(field, "a string", v);
-  return v.get<std::string>();
+  if (!body.is_object()) refuse("body", "a JSON object", body);
+  return body;
 }
 
 bool is_empty_or_null(const Body& v) {
@@ -52,78 +60,121 @@ struct Neutral {
 };
 
 const std::vector<Neutral>& neutral_fields(Endpoint endpoint) {
-  static const auto one = [](const Body& v) { return v.is_null() || v == 1; };
-  static const auto off = [](const Body& v) { return v.is_null() || v == false || v == 0; };
-  static const auto zero = [](const Body& v) { return v.is_null() || (v.is_number() && v == 0); };
   static const auto any_string = [](const Body& v) { return v.is_null() || v.is_string(); };
   static const auto any_object = [](const Body& v) { return v.is_null() || v.is_object(); };
+  static const auto any_boolean = [](const Body& v) { return v.is_null() || v.is_boolean(); };
+  // Bookkeeping: stored nowhere, changes nothing in the answer.
   static const std::vector<Neutral> common = {
-      {"n", "1 (one choice per request)", one},
-      {"presence_penalty", "0", zero},
-      {"frequency_penalty", "0", zero},
-      {"logprobs", "null, false or 0 (no log probabilities)", off},
-      {"logit_bias", "null or {}", is_empty_or_null},
       {"user", "a string", any_string},
+      {"metadata", "an object", any_object},
+      {"store", "a boolean", any_boolean},
+      {"service_tier", "a string", any_string},
   };
   static const std::vector<Neutral> completions = [&] {
     std::vector<Neutral> v = common;
-    v.push_back({"best_of", "1", one});
-    v.push_back({"echo", "false", off});
+    v.push_back({"best_of", "null or 1 (no server-side ranking)",
+                 [](const Body& b) { return b.is_null() || b == 1; }});
     v.push_back({"suffix", "null or \"\"", [](const Body& s) { return s.is_null() || s == ""; }});
     return v;
   }();
   static const std::vector<Neutral> chat = [&] {
     std::vector<Neutral> v = common;
-    v.push_back({"top_logprobs", "null or 0", zero});
     v.push_back({"response_format", "null or {\"type\": \"text\"}", [](const Body& f) {
                    return f.is_null() || f == Body{{"type", "text"}};
                  }});
     v.push_back({"tools", "null or [] (no tool calling)", is_empty_or_null});
     v.push_back({"tool_choice", "null, \"none\" or \"auto\" (no tools)",
                  [](const Body& c) { return c.is_null() || c == "none" || c == "auto"; }});
-    v.push_back({"parallel_tool_calls", "a boolean",
-                 [](const Body& p) { return p.is_null() || p.is_boolean(); }});
-    v.push_back({"store", "false", off});
-    v.push_back({"metadata", "an object", any_object});
-    v.push_back({"service_tier", "a string", any_string});
+    v.push_back({"parallel_tool_calls", "a boolean", any_boolean});
     return v;
   }();
   return endpoint == Endpoint::kChat ? chat : completions;
 }
 
-void check_fields(const Body& body, Endpoint endpoint) {
-  static const std::vector<std::string> own = {"model", "max_tokens", "temperature",
-                                               "top_p", "top_k",      "seed",
-                                               "stop",  "stream",     "stream_options"};
+/// The fields each endpoint reads (besides the neutral ones).
+bool is_read(const std::string& key, Endpoint endpoint) {
+  static const std::vector<std::string> both = {"model",
+                                                "max_tokens",
+                                                "temperature",
+                                                "top_p",
+                                                "top_k",
+                                                "seed",
+                                                "stop",
+                                                "stream",
+                                                "stream_options",
+                                                "n",
+                                                "logprobs",
+                                                "presence_penalty",
+                                                "frequency_penalty",
+                                                "repetition_penalty",
+                                                "logit_bias",
+                                                "min_tokens",
+                                                "min_p",
+                                                "ignore_eos"};
+  static const std::vector<std::string> completions = {"prompt", "echo"};
+  static const std::vector<std::string> chat = {"messages", "max_completion_tokens",
+                                                "top_logprobs"};
+  const auto has = [&](const std::vector<std::string>& v) {
+    return std::find(v.begin(), v.end(), key) != v.end();
+  };
+  return has(both) || has(endpoint == Endpoint::kChat ? chat : completions);
+}
+
+/// Neutral fields at another value are refused; unknown ones are ignored
+/// (recorded in r.ignored) or, strict, refused.
+void check_fields(const Body& body, Endpoint endpoint, bool strict, ApiRequest& r) {
   const std::vector<Neutral>& neutral = neutral_fields(endpoint);
   for (const auto& item : body.items()) {
     const std::string& key = item.key();
-    if (std::find(own.begin(), own.end(), key) != own.end()) continue;
-    if (key == (endpoint == Endpoint::kChat ? "messages" : "prompt")) continue;
-    if (endpoint == Endpoint::kChat && key == "max_completion_tokens") continue;
+    if (is_read(key, endpoint)) continue;
     const auto n = std::find_if(neutral.begin(), neutral.end(),
                                 [&](const Neutral& f) { return key == f.field; });
-    if (n == neutral.end()) {
-      throw ApiError(400, key + ": unknown field (docs/serving.md lists the fields)", key);
+    if (n != neutral.end()) {
+      if (!n->ok(item.value())) refuse(key, n->expected, item.value());
+      continue;
     }
-    if (!n->ok(item.value())) refuse(key, n->expected, item.value());
+    if (strict) {
+      throw ApiError(
+          400, key + ": unknown field (--strict-fields; docs/serving.md lists the fields)", key);
+    }
+    r.ignored.push_back(key);
   }
 }
 
-/// completions' prompt: a string, token ids, or a list holding one of them.
+/// completions' prompt: a string, token ids, or a non-empty list of strings
+/// or of token-id lists (one choice each).
 void read_prompt(const Body& body, ApiRequest& r) {
   if (!body.contains("prompt")) refuse("prompt", "a string or an array of token ids", nullptr);
-  Body p = body["prompt"];
-  if (p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array())) p = Body(p[0]);
+  const Body& p = body["prompt"];
+  const char* expected =
+      "a string, a non-empty array of token ids, or a non-empty list of strings or of token-id "
+      "arrays";
   if (p.is_string()) {
-    r.prompt_text = p.get<std::string>();
+    r.prompts.push_back({p.get<std::string>(), {}});
     return;
   }
-  if (!p.is_array() || p.empty()) {
-    refuse("prompt", "a string or a non-empty array of token ids (one prompt per request)", p);
+  if (!p.is_array() || p.empty()) refuse("prompt", expected, p);
+  const auto ids = [&](const Body& list, const std::string& field) {
+    PromptIn in;
+    if (!list.is_array() || list.empty()) refuse(field, "a non-empty array of token ids", list);
+    for (size_t i = 0; i < list.size(); ++i) {
+      in.ids.push_back(integer(list[i], field + "[" + std::to_string(i) + "]"));
+    }
+    return in;
+  };
+  if (!p[0].is_string() && !p[0].is_array()) {
+    r.prompts.push_back(ids(p, "prompt"));
+    return;
   }
   for (size_t i = 0; i < p.size(); ++i) {
-    r.prompt_ids.push_back(integer(p[i], "prompt[" + std::to_string(i) + "]"));
+    const std::string field = "prompt[" + std::to_string(i) + "]";
+    if (p[i].is_string()) {
+      r.prompts.push_back({p[i].get<std::string>(), {}});
+    } else if (p[i].is_array()) {
+      r.prompts.push_back(ids(p[i], field));
+    } else {
+      refuse(field, "a string or an array of token ids (as prompt[0] is)", p[i]);
+    }
   }
 }
 
@@ -174,22 +225,58 @@ void read_stop(const Body& v, ApiRequest& r) {
   }
 }
 
-void read_stream(const Body& body, ApiRequest& r) {
-  if (body.contains("stream") && !body["stream"].is_null()) {
-    if (!body["stream"].is_boolean()) refuse("stream", "a boolean", body["stream"]);
-    r.stream = body["stream"].get<bool>();
-  }
-  if (!body.contains("stream_options") || body["stream_options"].is_null()) return;
+void read_stream(const Body& body, bool strict, ApiRequest& r) {
+  if (given(body, "stream")) r.stream = reader().boolean(body["stream"], "stream");
+  if (!given(body, "stream_options")) return;
   const Body& o = body["stream_options"];
   if (!r.stream) refuse("stream_options", "null unless stream is true", o);
   if (!o.is_object()) refuse("stream_options", "an object", o);
   for (const auto& item : o.items()) {
-    if (item.key() != "include_usage") {
-      refuse("stream_options." + item.key(), "no such field (include_usage only)", item.value());
+    const std::string field = "stream_options." + item.key();
+    if (item.key() == "include_usage") {
+      r.include_usage = reader().boolean(item.value(), field);
+    } else if (item.key() == "continuous_usage_stats") {
+      r.continuous_usage = reader().boolean(item.value(), field);
+    } else if (strict) {
+      refuse(field, "no such field (include_usage, continuous_usage_stats)", item.value());
+    } else {
+      r.ignored.push_back(field);
     }
-    if (!item.value().is_boolean())
-      refuse("stream_options.include_usage", "a boolean", item.value());
-    r.include_usage = item.value().get<bool>();
+  }
+}
+
+/// n, logprobs (completions: 0..20; chat: logprobs true with top_logprobs
+/// 0..20) and echo.
+void read_choices(const Body& body, ApiRequest& r) {
+  if (given(body, "n")) {
+    r.n = integer(body["n"], "n");
+    if (r.n < 1) refuse("n", "an integer >= 1", body["n"]);
+  }
+  const auto alternatives = [&](const Body& v, const std::string& field) {
+    const int64_t k = integer(v, field);
+    if (k < 0 || k > 20) refuse(field, "an integer 0..20", v);
+    return k;
+  };
+  if (r.endpoint == Endpoint::kCompletions) {
+    if (given(body, "logprobs")) {
+      // false and true are what some clients send for "none" and "the token's".
+      const Body& v = body["logprobs"];
+      if (v.is_boolean()) {
+        if (v.get<bool>()) r.logprobs = 0;
+      } else {
+        r.logprobs = alternatives(v, "logprobs");
+      }
+    }
+    if (given(body, "echo")) r.echo = reader().boolean(body["echo"], "echo");
+    return;
+  }
+  const bool asked = given(body, "logprobs") && reader().boolean(body["logprobs"], "logprobs");
+  if (given(body, "top_logprobs")) {
+    const int64_t k = alternatives(body["top_logprobs"], "top_logprobs");
+    if (!asked) refuse("top_logprobs", "null unless logprobs is true", body["top_logprobs"]);
+    r.logprobs = k;
+  } else if (asked) {
+    r.logprobs = 0;
   }
 }
 
@@ -197,27 +284,31 @@ void read_sampling(const Body& body, ApiRequest& r) {
   const std::string max_key =
       body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   r.max_tokens_field = max_key;
-  if (body.contains(max_key) && !body[max_key].is_null()) {
+  if (given(body, max_key)) {
     r.max_tokens = integer(body[max_key], max_key);
-    if (*r.max_tokens < 1) refuse(max_key, "an integer >= 1", body[max_key]);
+    if (*r.max_tokens < (r.echo ? 0 : 1)) {
+      refuse(max_key,
+             r.echo ? "an integer >= 0 (0 with echo: the prompt scored alone)"
+                    : "an integer >= 1 (0 only with echo)",
+             body[max_key]);
+    }
   }
-  if (body.contains("temperature") && !body["temperature"].is_null()) {
+  if (given(body, "temperature")) {
     r.temperature = number(body["temperature"], "temperature");
     if (*r.temperature < 0)
       refuse("temperature", "a number >= 0 (0 = greedy)", body["temperature"]);
   }
-  if (body.contains("top_p") && !body["top_p"].is_null()) {
+  if (given(body, "top_p")) {
     r.top_p = number(body["top_p"], "top_p");
     if (*r.top_p <= 0 || *r.top_p > 1) refuse("top_p", "a number in (0, 1]", body["top_p"]);
   }
-  if (body.contains("top_k") && !body["top_k"].is_null()) {
+  if (given(body, "top_k")) {
     const int64_t k = integer(body["top_k"], "top_k");
     if (k < -1) refuse("top_k", "an integer >= 0 (0 or -1 = no filter)", body["top_k"]);
     r.top_k = std::max<int64_t>(k, 0);
   }
-  if (body.contains("seed") && !body["seed"].is_null()) {
-    r.seed = static_cast<uint64_t>(integer(body["seed"], "seed"));
-  }
+  if (given(body, "seed")) r.seed = static_cast<uint64_t>(integer(body["seed"], "seed"));
+  r.ignore_eos = reader().read_head_fields(body, r.head);
   if (body.contains("stop")) read_stop(body["stop"], r);
 }
 
@@ -230,21 +321,16 @@ std::string error_body(const ApiError& e) {
                 {"type", e.type},
                 {"param", or_null(e.param)},
                 {"code", or_null(e.code)}}}}
-      .dump();
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 ApiRequest parse_request(Endpoint endpoint, const std::string& body_text,
-                         const std::string& served_model) {
-  Body body;
-  try {
-    body = Body::parse(body_text);
-  } catch (const Body::parse_error& e) {
-    throw ApiError(
-        400, std::string("body: expected a JSON object but got malformed JSON (") + e.what() + ")");
-  }
-  if (!body.is_object()) refuse("body", "a JSON object", body);
-  check_fields(body, endpoint);
-  if (body.contains("model") && !body["model"].is_null()) {
+                         const std::string& served_model, bool strict) {
+  const Body body = parsed_object(body_text);
+  ApiRequest r;
+  r.endpoint = endpoint;
+  check_fields(body, endpoint, strict, r);
+  if (given(body, "model")) {
     const std::string model = text(body["model"], "model");
     if (model != served_model) {
       throw ApiError(
@@ -252,16 +338,49 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& body_text,
           "model", "invalid_request_error", "model_not_found");
     }
   }
-  ApiRequest r;
-  r.endpoint = endpoint;
   if (endpoint == Endpoint::kChat) {
     read_messages(body, r);
   } else {
     read_prompt(body, r);
   }
-  read_stream(body, r);
+  read_stream(body, strict, r);
+  read_choices(body, r);
   read_sampling(body, r);
+  if (r.stream && r.echo && r.logprobs) {
+    refuse("echo", "false with stream and logprobs (a prompt's log-probabilities are not streamed)",
+           body["echo"]);
+  }
   return r;
+}
+
+TokenizeRequest parse_tokenize(const std::string& body_text) {
+  const Body body = parsed_object(body_text);
+  TokenizeRequest r;
+  if (given(body, "prompt") == given(body, "messages")) {
+    refuse("prompt", "exactly one of prompt (a string) and messages", body);
+  }
+  if (given(body, "prompt")) r.prompt = text(body["prompt"], "prompt");
+  if (given(body, "messages")) {
+    ApiRequest chat;
+    read_messages(body, chat);
+    r.messages_json = chat.messages_json;
+  }
+  if (given(body, "add_special_tokens")) {
+    r.add_special_tokens = reader().boolean(body["add_special_tokens"], "add_special_tokens");
+  }
+  return r;
+}
+
+std::vector<int64_t> parse_detokenize(const std::string& body_text) {
+  const Body body = parsed_object(body_text);
+  if (!given(body, "tokens") || !body["tokens"].is_array()) {
+    refuse("tokens", "an array of token ids", body.value("tokens", Body()));
+  }
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < body["tokens"].size(); ++i) {
+    ids.push_back(integer(body["tokens"][i], "tokens[" + std::to_string(i) + "]"));
+  }
+  return ids;
 }
 
 GenerationDefaults GenerationDefaults::load(const std::string& dir) {
@@ -285,13 +404,17 @@ GenerationDefaults GenerationDefaults::load(const std::string& dir) {
   return d;
 }
 
-namespace {
-
 json usage_json(const Usage& usage) {
   return {{"prompt_tokens", usage.prompt_tokens},
           {"completion_tokens", usage.completion_tokens},
           {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
 }
+
+std::string json_text(const json& body) {
+  return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+namespace {
 
 /// What every response and chunk names: id, object, created, model, choices.
 json envelope(const ResponseHead& head, const char* object, json choices) {
@@ -308,29 +431,37 @@ const char* chunk_object(const ResponseHead& head) {
 
 }  // namespace
 
-json response_body(const ResponseHead& head, const std::string& out_text,
-                   const std::vector<int64_t>& token_ids, const std::string& finish,
-                   const Usage& usage, const std::vector<int64_t>& prompt_ids) {
+json response_body(const ResponseHead& head, const std::vector<ChoiceOut>& choices,
+                   const Usage& usage) {
   const bool chat = head.endpoint == Endpoint::kChat;
-  json choice = {
-      {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}, {"token_ids", token_ids}};
-  if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", out_text}};
-  } else {
-    choice["text"] = out_text;
+  json list = json::array();
+  bool one_prompt = true;
+  for (const ChoiceOut& c : choices) {
+    one_prompt = one_prompt && c.prompt_ids == choices.front().prompt_ids;
+    json choice = {{"index", c.index},
+                   {"logprobs", c.logprobs},
+                   {"finish_reason", c.finish},
+                   {"token_ids", c.token_ids},
+                   {"prompt_token_ids", c.prompt_ids}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    list.push_back(std::move(choice));
   }
-  json body = envelope(head, chat ? "chat.completion" : "text_completion", json::array({choice}));
+  json body = envelope(head, chat ? "chat.completion" : "text_completion", std::move(list));
   body["usage"] = usage_json(usage);
-  body["prompt_token_ids"] = prompt_ids;
+  if (one_prompt && !choices.empty()) body["prompt_token_ids"] = choices.front().prompt_ids;
   return body;
 }
 
-json stream_chunk(const ResponseHead& head, const std::string& piece,
+json stream_chunk(const ResponseHead& head, int64_t index, const std::string& piece,
                   const std::vector<int64_t>& token_ids, bool first,
-                  const std::optional<std::string>& finish) {
+                  const std::optional<std::string>& finish, const json& logprobs) {
   const bool chat = head.endpoint == Endpoint::kChat;
-  json choice = {{"index", 0},
-                 {"logprobs", nullptr},
+  json choice = {{"index", index},
+                 {"logprobs", logprobs},
                  {"finish_reason", finish ? json(*finish) : json(nullptr)},
                  {"token_ids", token_ids}};
   if (chat) {
@@ -350,12 +481,15 @@ json usage_chunk(const ResponseHead& head, const Usage& usage) {
   return chunk;
 }
 
-json models_body(const std::string& served_model, int64_t created) {
+json models_body(const std::string& served_model, int64_t created, const std::string& root,
+                 int64_t max_model_len) {
   return {{"object", "list"},
           {"data", json::array({{{"id", served_model},
                                  {"object", "model"},
                                  {"created", created},
-                                 {"owned_by", "statickv"}}})}};
+                                 {"owned_by", "statickv"},
+                                 {"root", root},
+                                 {"max_model_len", max_model_len}}})}};
 }
 
 }  // namespace statickv::serve

@@ -3,6 +3,8 @@
 
 #include "protocol.hpp"
 
+#include "fields.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -19,12 +21,14 @@ namespace {
   throw ProtocolError(field + ": expected " + expected + " but got " + got.dump(), id);
 }
 
+/// The one field reader (fields.hpp), its refusals carrying the line's id.
+FieldReader<json> reader(const json& id) {
+  return FieldReader<json>([id](const std::string& field, const std::string& expected,
+                                const json& got) { refuse(field, expected, got, id); });
+}
+
 int64_t integer(const json& v, const std::string& field, const json& id) {
-  if (v.is_number_integer() &&
-      !(v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
-    return v.get<int64_t>();
-  }
-  refuse(field, "an integer", v, id);
+  return reader(id).integer(v, field);
 }
 
 std::vector<int64_t> integers(const json& v, const std::string& field, const json& id) {
@@ -37,8 +41,7 @@ std::vector<int64_t> integers(const json& v, const std::string& field, const jso
 }
 
 double number(const json& v, const std::string& field, const json& id) {
-  if (!v.is_number() || !std::isfinite(v.get<double>())) refuse(field, "a finite number", v, id);
-  return v.get<double>();
+  return reader(id).number(v, field);
 }
 
 json checked_id(const json& v, const std::string& field) {
@@ -61,14 +64,31 @@ json object_of(const std::string& line) {
 }
 
 void check_fields(const json& message, const json& id) {
-  static const std::set<std::string> known = {"id",          "prompt",   "text",  "max_new_tokens",
-                                              "temperature", "top_k",    "top_p", "seed",
-                                              "stop",        "arrival_s"};
+  static const std::set<std::string> known = {"id",
+                                              "prompt",
+                                              "text",
+                                              "max_new_tokens",
+                                              "temperature",
+                                              "top_k",
+                                              "top_p",
+                                              "seed",
+                                              "stop",
+                                              "arrival_s",
+                                              "min_p",
+                                              "presence_penalty",
+                                              "frequency_penalty",
+                                              "repetition_penalty",
+                                              "logit_bias",
+                                              "min_tokens",
+                                              "ignore_eos",
+                                              "logprobs"};
   for (const auto& item : message.items()) {
     if (known.count(item.key()) == 0) {
       throw ProtocolError("request: unknown field '" + item.key() +
                               "' (expected id, prompt or text, max_new_tokens, temperature, "
-                              "top_k, top_p, seed, stop, arrival_s; or cancel alone)",
+                              "top_k, top_p, seed, stop, arrival_s, min_p, presence_penalty, "
+                              "frequency_penalty, repetition_penalty, logit_bias, min_tokens, "
+                              "ignore_eos, logprobs; or cancel alone)",
                           id);
     }
   }
@@ -100,6 +120,11 @@ void read_request(const json& m, Message& out) {
     out.request.sampling.seed = static_cast<uint64_t>(seed);
   }
   if (m.contains("stop")) out.request.stop = integers(m["stop"], "stop", id);
+  // ignore_eos: only the "stop" ids end it (none without them), not the model's eos ids.
+  const bool ignore_eos = reader(id).read_head_fields(m, out.request.sampling);
+  if (ignore_eos && !out.request.stop) out.request.stop = std::vector<int64_t>{};
+  if (m.contains("logprobs"))
+    out.request.sampling.logprobs = integer(m["logprobs"], "logprobs", id);
   if (m.contains("arrival_s")) {
     const double t = number(m["arrival_s"], "arrival_s", id);
     if (t < 0)
@@ -138,7 +163,14 @@ std::string reply_line(const json& id, const reference::Completion& c,
               {"decode_tokens_per_s", c.stats.decode_tokens_per_second}};
   if (c.finish == reference::Finish::kError) out["error"] = c.error;
   if (text) out["text"] = *text;
-  return out.dump();
+  if (!c.logprobs.empty()) {
+    json list = json::array();
+    for (const reference::TokenLogprob& p : c.logprobs) {
+      list.push_back({{"token", p.token}, {"logprob", p.logprob}, {"top", p.top}});
+    }
+    out["logprobs"] = std::move(list);
+  }
+  return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string error_line(const json& id, const std::string& error) {

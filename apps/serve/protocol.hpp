@@ -4,12 +4,16 @@
 //
 //   in:  {"id": <string or integer>, "prompt": [ids...] | "text": "...",
 //         "max_new_tokens": N, "temperature": X, "top_k": K, "top_p": P, "seed": S,
-//         "stop": [ids...], "arrival_s": T}        (all but id, prompt/text
-//                                                   and max_new_tokens optional)
+//         "stop": [ids...], "arrival_s": T, "min_p": P, "presence_penalty": X,
+//         "frequency_penalty": X, "repetition_penalty": X, "logit_bias": {"id": X},
+//         "min_tokens": N, "ignore_eos": B, "logprobs": N}
+//                                          (all but id, prompt/text and
+//                                           max_new_tokens optional)
 //        {"cancel": <id>}
 //   out: {"id": ..., "tokens": [...], "finish": "length"|"stop"|"cancelled"|"error",
 //         "queue_s": ..., "ttft_s": ..., "decode_tokens_per_s": ...,
-//         "error": "..." (rejected only), "text": "..." (with a tokenizer)}
+//         "error": "..." (rejected only), "text": "..." (with a tokenizer),
+//         "logprobs": [{"token", "logprob", "top": [[id, logprob], ...]}] (asked only)}
 //
 // A line that is not such an object throws ProtocolError naming the field,
 // with the id when it could be read, so the reply can carry it.

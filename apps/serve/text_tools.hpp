@@ -24,6 +24,14 @@ class TextTools {
   virtual ~TextTools() = default;
   /// A text prompt's ids, the tokenizer's own specials added (Gemma's <bos>).
   virtual std::vector<int64_t> encode_prompt(const std::string& text) = 0;
+  /// `text`'s ids with nothing added (special tokens written in the text
+  /// encode as themselves).
+  virtual std::vector<int64_t> encode(const std::string& text) = 0;
+  /// One token's bytes, special tokens included (log-probabilities' names).
+  virtual std::string token_text(int64_t id) = 0;
+  /// The eos token's text: tokenizer_config.json's eos_token, else the
+  /// first eos id's ("" when neither names one).
+  virtual std::string eos_token() = 0;
   /// The chat template's prompt of `messages_json` with the generation
   /// prompt, encoded with nothing added (transformers' apply_chat_template).
   /// Throws std::runtime_error (no template, or the template refuses).
@@ -34,6 +42,10 @@ class TextTools {
   /// A decoder for one sequence.
   virtual TextStream stream() = 0;
 };
+
+/// A token named by its id, "token_id:<id>" (vLLM's spelling): what
+/// log-probabilities call a token without a tokenizer's text.
+std::string id_text(int64_t id);
 
 /// `dir`'s tokenizer.json and, with `chat` and when it has one, its chat
 /// template (compiled now: a template Jinja2 refuses fails here). Throws

@@ -176,7 +176,10 @@ void emit(Active& row, int64_t token, ServeClock::time_point now) {
 
 /// Emits the head's pick for `row`, with its log-probability when asked.
 void accept(Active& row, Picked& picked, ServeClock::time_point now) {
-  if (row.request.sampling.logprobs >= 0) row.logprobs.push_back(std::move(picked.logprob));
+  if (row.request.sampling.logprobs >= 0) {
+    row.logprobs.push_back(std::move(picked.logprob));
+    if (row.request.on_logprob) row.request.on_logprob(row.request.id, row.logprobs.back());
+  }
   emit(row, picked.token, now);
 }
 

@@ -10,7 +10,9 @@ usage: check_serve.py STATICKV_SERVE STATICKV_DEMO [--eager]   (--eager: statick
 - with --speculate 3 and a draft model (the target itself, or tiny-mistral)
   greedy tokens are unchanged and the acceptance rate is reported;
 - a stop token ends a request and is kept; a request due later (arrival_s)
-  and a waiting or running one can be cancelled; seeded sampling is reproducible.
+  and a waiting or running one can be cancelled; seeded sampling is reproducible;
+- the sampling head's fields (logit_bias, penalties, logprobs, min_tokens,
+  ignore_eos) are read, and refused by name when malformed.
 """
 
 import json
@@ -55,6 +57,12 @@ BAD = [
      ["expected exactly one of prompt"]),
     ('{"id": "e19", "prompt": [1], "max_new_tokens": 2, "arrival_s": -1}', "e19",
      ["arrival_s: expected a number >= 0"]),
+    ('{"id": "e20", "prompt": [1], "max_new_tokens": 2, "logit_bias": {"x": 1}}', "e20",
+     ["logit_bias: expected token ids (decimal strings) as keys"]),
+    ('{"id": "e21", "prompt": [1], "max_new_tokens": 2, "presence_penalty": "x"}', "e21",
+     ["presence_penalty: expected a finite number"]),
+    ('{"id": "e22", "prompt": [1], "max_new_tokens": 2, "logprobs": 21}', "e22",
+     ["logprobs: expected -1 (none) or 0..20", "21"]),
 ]
 
 
@@ -97,12 +105,18 @@ def main():
               json.dumps({"id": "s2", "prompt": [3, 4], "max_new_tokens": 8, "temperature": 0.9,
                           "top_k": 20, "seed": 7}),
               json.dumps({"id": "long", "prompt": [1], "max_new_tokens": 250}),
-              json.dumps({"cancel": "long"})]
+              json.dumps({"cancel": "long"}),
+              json.dumps({"id": "bias", "prompt": [3, 4], "max_new_tokens": 5,
+                          "logit_bias": {"42": 100}, "presence_penalty": 0.5,
+                          "repetition_penalty": 1.2}),
+              json.dumps({"id": "lp", "prompt": PROMPTS[1], "max_new_tokens": 4, "logprobs": 2}),
+              json.dumps({"id": "noeos", "prompt": [3, 4], "max_new_tokens": 6,
+                          "ignore_eos": True, "min_tokens": 2})]
     replies = serve(exe, lines, ["--eager"]) if "--eager" in sys.argv else serve(exe, lines)
     by_id = {}
     for r in replies:
         by_id.setdefault(json.dumps(r["id"]), []).append(r)
-    check(len(replies) == len(PROMPTS) + len(BAD) + 5, f"{len(replies)} reply lines, one per line "
+    check(len(replies) == len(PROMPTS) + len(BAD) + 8, f"{len(replies)} reply lines, one per line "
           "that is a request (cancellations get none)")
     for i, p in enumerate(PROMPTS):
         r = by_id.get(str(i), [{}])[0]
@@ -125,6 +139,17 @@ def main():
     long = by_id.get('"long"', [{}])[0]
     check(long.get("finish") == "cancelled" and len(long.get("tokens", [0] * 250)) < 250,
           f"a waiting or running request is cancelled ({len(long.get('tokens', []))} tokens)")
+    bias = by_id.get('"bias"', [{}])[0]
+    check(bias.get("tokens") == [42] * 5, f"logit_bias +100 forces 42 over the penalties: {bias}")
+    lp = by_id.get('"lp"', [{}])[0]
+    entries = lp.get("logprobs") or []
+    check(lp.get("tokens") == expected[1][:4] and [e["token"] for e in entries] == lp["tokens"]
+          and all(len(e["top"]) == 2 and e["logprob"] <= 0 for e in entries)
+          and all(e["top"][0][0] == e["token"] for e in entries),
+          f"logprobs 2: each greedy token's log-probability, its top 2 led by the token: {lp}")
+    noeos = by_id.get('"noeos"', [{}])[0]
+    check(noeos.get("finish") == "length" and len(noeos.get("tokens", [])) == 6,
+          "ignore_eos and min_tokens accepted; it runs to max_new_tokens")
     # Speculation with a draft model on its own cache (rows mirroring the
     # target's): greedy tokens unchanged. --draft-shape tiny with the same
     # seed is the target itself, so every draft is accepted.

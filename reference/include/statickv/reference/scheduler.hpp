@@ -59,6 +59,9 @@ struct Request {
   std::optional<ServeClock::time_point> arrival;
   /// Called on the engine's thread with each token as it is produced.
   std::function<void(const std::string& id, int64_t token)> on_token;
+  /// sampling.logprobs >= 0: called on the engine's thread just before
+  /// on_token with that token's log-probability and alternatives.
+  std::function<void(const std::string& id, const TokenLogprob& logprob)> on_logprob;
 };
 
 enum class Finish { kLength, kStop, kCancelled, kError };
