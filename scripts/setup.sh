@@ -105,6 +105,23 @@ if [ "$(cat "$STATICKV_PY_STAMP" 2>/dev/null)" != "$statickv_py_hash" ] ||
 fi
 # scripts/test_python.sh needs the Python side alone.
 [ "${STATICKV_SETUP_PYTHON_ONLY:-0}" = 1 ] && return 0
+# lm-evaluation-harness (ctest serve_lm_eval, docs/serving.md): its own venv
+# in the build tree over .venv's packages (a .pth), so it runs on the
+# project's torch and transformers and its dependencies never move their
+# pins. The default tree only; STATICKV_LM_EVAL=0 leaves it out.
+LM_EVAL_PIP=("lm-eval[api,hf]==0.4.13")
+LM_EVAL_VENV="$BUILD_DIR/venv-lm-eval"
+if [ -z "$TREE_SUFFIX" ] && [ "${STATICKV_LM_EVAL:-1}" != 0 ] &&
+  ! "$LM_EVAL_VENV/bin/python" -c 'import lm_eval, tenacity, accelerate' >/dev/null 2>&1; then
+  echo "== pip install ${LM_EVAL_PIP[*]} into $LM_EVAL_VENV (over .venv's torch and transformers)"
+  rm -rf "$LM_EVAL_VENV"
+  mkdir -p "$BUILD_DIR"
+  python3 -m venv "$LM_EVAL_VENV"
+  purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
+  "$VENV/bin/python" -c "$purelib" >"$("$LM_EVAL_VENV/bin/python" -c "$purelib")/statickv-base.pth"
+  "$LM_EVAL_VENV/bin/python" -m pip install -q --disable-pip-version-check "${LM_EVAL_PIP[@]}" \
+    "torch==$TORCH_VERSION" "transformers==$TRANSFORMERS_VERSION"
+fi
 TORCH_PREFIX=$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 
 cmake_args=(-DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$TORCH_PREFIX" "-DSTATICKV_PYTHON=$VENV/bin/python")
