@@ -105,23 +105,27 @@ if [ "$(cat "$STATICKV_PY_STAMP" 2>/dev/null)" != "$statickv_py_hash" ] ||
 fi
 # scripts/test_python.sh needs the Python side alone.
 [ "${STATICKV_SETUP_PYTHON_ONLY:-0}" = 1 ] && return 0
-# lm-evaluation-harness (ctest serve_lm_eval, docs/serving.md): its own venv
-# in the build tree over .venv's packages (a .pth), so it runs on the
-# project's torch and transformers and its dependencies never move their
-# pins. The default tree only; STATICKV_LM_EVAL=0 leaves it out.
-LM_EVAL_PIP=("lm-eval[api,hf]==0.4.13")
-LM_EVAL_VENV="$BUILD_DIR/venv-lm-eval"
-if [ -z "$TREE_SUFFIX" ] && [ "${STATICKV_LM_EVAL:-1}" != 0 ] &&
-  ! "$LM_EVAL_VENV/bin/python" -c 'import lm_eval, tenacity, accelerate' >/dev/null 2>&1; then
-  echo "== pip install ${LM_EVAL_PIP[*]} into $LM_EVAL_VENV (over .venv's torch and transformers)"
-  rm -rf "$LM_EVAL_VENV"
+# The clients users point at servers, which the tests run as they are
+# (ctest serve_lm_eval and serve_aiperf, docs/serving.md): each in its own
+# venv in the build tree over .venv's packages (a .pth), so they run on the
+# project's torch and transformers and their dependencies never move those
+# pins. The default tree only; STATICKV_CLIENTS=0 leaves them out.
+client_venv() {  # NAME IMPORT-CHECK PACKAGE...
+  local dir="$BUILD_DIR/venv-$1" check=$2
+  shift 2
+  { [ -z "$TREE_SUFFIX" ] && [ "${STATICKV_CLIENTS:-1}" != 0 ]; } || return 0
+  "$dir/bin/python" -c "$check" >/dev/null 2>&1 && return 0
+  echo "== pip install $* into $dir (over .venv's torch and transformers)"
+  rm -rf "$dir"
   mkdir -p "$BUILD_DIR"
-  python3 -m venv "$LM_EVAL_VENV"
-  purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
-  "$VENV/bin/python" -c "$purelib" >"$("$LM_EVAL_VENV/bin/python" -c "$purelib")/statickv-base.pth"
-  "$LM_EVAL_VENV/bin/python" -m pip install -q --disable-pip-version-check "${LM_EVAL_PIP[@]}" \
+  python3 -m venv "$dir"
+  local purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
+  "$VENV/bin/python" -c "$purelib" >"$("$dir/bin/python" -c "$purelib")/statickv-base.pth"
+  "$dir/bin/python" -m pip install -q --disable-pip-version-check "$@" \
     "torch==$TORCH_VERSION" "transformers==$TRANSFORMERS_VERSION"
-fi
+}
+client_venv lm-eval 'import lm_eval, tenacity, accelerate' "lm-eval[api,hf]==0.4.13"
+client_venv aiperf 'import aiperf' "aiperf==0.13.0"
 TORCH_PREFIX=$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 
 cmake_args=(-DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$TORCH_PREFIX" "-DSTATICKV_PYTHON=$VENV/bin/python")

@@ -5,6 +5,7 @@
 # Environment:
 #   STATICKV_SANITIZERS=0     skip the sanitizer build and run (build-asan/)
 #   STATICKV_FUZZ_SECONDS=N   fuzz for N seconds (default 60; 0 skips; build-fuzz/)
+#   STATICKV_CLIENTS=0        no lm-eval or aiperf venvs in build/ (their ctests are left out)
 #   STATICKV_TORCH=V          a version run against torch V (2.11 to 2.15), in its own
 #                             .venv-torchV/ and build-torchV/ (the default's for 2.11.0):
 #                             the build, ctest without the real checkpoints (label

@@ -120,6 +120,7 @@ std::string StreamAnswer::events(const Stream::Batch& batch) {
     if (e.finish == "error") {
       out += sse(json::parse(error_body(ApiError(500, e.error, "", "server_error"))));
       ended_ = plan_.choices();  // the answer ends here
+      failed_ = true;
       break;
     }
     final_tokens_ += plan_.score_only ? 0 : e.completion_tokens;

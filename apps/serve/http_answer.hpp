@@ -35,8 +35,11 @@ class StreamAnswer {
   /// as its finish chunk; after the last end, the usage chunk (when asked)
   /// and [DONE].
   std::string events(const Stream::Batch& batch);
-  /// Every choice has ended (events() wrote [DONE]).
+  /// Every choice has ended, or one failed (events() wrote [DONE]).
   bool done() const { return ended_ == static_cast<int64_t>(offsets_.size()); }
+  /// A choice ended with the engine's error: the answer stopped there, and
+  /// the other choices may still be running.
+  bool failed() const { return failed_; }
 
  private:
   std::string piece_event(const Stream::Piece& p);
@@ -48,6 +51,7 @@ class StreamAnswer {
   bool include_usage_, continuous_usage_;
   std::vector<int64_t> offsets_;  ///< each choice's text bytes so far (text_offset)
   int64_t ended_ = 0;
+  bool failed_ = false;
   int64_t completion_tokens_ = 0;  ///< streamed so far (continuous usage)
   int64_t final_tokens_ = 0;       ///< the ended choices' completion tokens
 };

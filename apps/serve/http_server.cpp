@@ -173,7 +173,8 @@ void Front::answer_stream(const ApiRequest& api, const ResponseHead& head, Plan 
       "text/event-stream",
       [this, st](size_t, httplib::DataSink& sink) { return write_events(*st, sink); },
       [this, st](bool) {
-        if (!st->finished) {  // the client went away: free its rows
+        // The client went away, or a choice failed: free the rows still serving it.
+        if (!st->finished || st->answer->failed()) {
           for (const reference::Request& r : st->plan.submission.choices) engine_.cancel(r.id);
         }
         --in_flight_;

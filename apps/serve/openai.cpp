@@ -110,10 +110,10 @@ bool is_read(const std::string& key, Endpoint endpoint) {
                                                 "logit_bias",
                                                 "min_tokens",
                                                 "min_p",
-                                                "ignore_eos"};
+                                                "ignore_eos",
+                                                "max_completion_tokens"};
   static const std::vector<std::string> completions = {"prompt", "echo"};
-  static const std::vector<std::string> chat = {"messages", "max_completion_tokens",
-                                                "top_logprobs"};
+  static const std::vector<std::string> chat = {"messages", "top_logprobs"};
   const auto has = [&](const std::vector<std::string>& v) {
     return std::find(v.begin(), v.end(), key) != v.end();
   };
