@@ -76,10 +76,8 @@ def main():
             if not ok:
                 print(log[-3000:])
     finally:
-        rc = server.stop()
-    c(rc == 0, f"SIGTERM: exit status {rc}")
-    print(f"\n{len(c.failures)} failures ({time.monotonic() - start:.0f} s)")
-    return 1 if c.failures else 0
+        c.stopped(server)
+    return c.exit_status(start)
 
 
 if __name__ == "__main__":

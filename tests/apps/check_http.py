@@ -106,6 +106,16 @@ class Checks:
             self(False, f"{name}: {type(e).__name__}: {e}")
             return None
 
+    def stopped(self, server):
+        """SIGTERM to `server`: its exit status must be 0."""
+        rc = server.stop()
+        self(rc == 0, f"SIGTERM: exit status {rc}")
+
+    def exit_status(self, start):
+        """Prints the failure count and the seconds since `start`: the script's exit status."""
+        print(f"\n{len(self.failures)} failures ({time.monotonic() - start:.0f} s)")
+        return 1 if self.failures else 0
+
 
 # ---- the checkpoint and the transformers side ----------------------------------------------
 
@@ -774,8 +784,7 @@ def main():
         c.run("SmolLM2", check_smollm2, c, exe, smollm2)
     else:
         print("note: no --smollm2 DIR: the SmolLM2-135M-Instruct chat (section 7) is skipped")
-    print(f"\n{len(c.failures)} failures ({time.monotonic() - start:.0f} s)")
-    return 1 if c.failures else 0
+    return c.exit_status(start)
 
 
 if __name__ == "__main__":

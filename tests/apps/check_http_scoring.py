@@ -341,8 +341,7 @@ def main():
     logged = [line for line in server.stderr if "tempreature" in line]
     c(len(logged) == 1, f"the unknown field is logged once: {logged}")
     c.run("strict", check_strict, c, exe, tiny)
-    print(f"\n{len(c.failures)} failures ({time.monotonic() - start:.0f} s)")
-    return 1 if c.failures else 0
+    return c.exit_status(start)
 
 
 if __name__ == "__main__":

@@ -150,10 +150,8 @@ def main():
                 c("remote tokenizer" in log.lower(), f"{what}: lm-eval chose the remote tokenizer")
             compare(c, what, got, want)
     finally:
-        rc = server.stop()
-    c(rc == 0, f"SIGTERM: exit status {rc}")
-    print(f"\n{len(c.failures)} failures ({time.monotonic() - start:.0f} s)")
-    return 1 if c.failures else 0
+        c.stopped(server)
+    return c.exit_status(start)
 
 
 if __name__ == "__main__":
