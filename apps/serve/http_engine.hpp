@@ -50,9 +50,6 @@ class Stream {
     std::vector<End> ends;
   };
 
-  explicit Stream(int64_t choices = 1) : choices_(choices) {}
-  int64_t choices() const { return choices_; }
-
   // The engine thread.
   void accept();
   void reject(const ApiError& error);
@@ -67,7 +64,6 @@ class Stream {
   Batch next(std::chrono::milliseconds timeout);
 
  private:
-  const int64_t choices_;
   std::mutex mutex_;
   std::condition_variable changed_;
   bool decided_ = false;

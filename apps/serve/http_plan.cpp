@@ -140,7 +140,7 @@ Plan plan_request(const ApiRequest& api, const PlanContext& c, uint64_t seed,
     plan.submission.choices.push_back(std::move(r));
   }
   plan.submission.stop = api.stop;
-  plan.submission.stream = std::make_shared<Stream>(choices);
+  plan.submission.stream = std::make_shared<Stream>();
   return plan;
 }
 

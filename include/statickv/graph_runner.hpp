@@ -166,8 +166,8 @@ class GraphRunner {
                     at::IntArrayRef(specs_[i].trailing));
       }
     }
+    graphs_ = captures(options_.use_graphs, options_.device);
 #ifdef STATICKV_HAS_CUDA
-    graphs_ = options_.use_graphs && options_.device.is_cuda();
     if (graphs_) pool_ = detail::new_graph_pool();
 #endif
   }
@@ -181,6 +181,16 @@ class GraphRunner {
 
   /// True when calls replay CUDA graphs (else the step runs eagerly).
   bool uses_graphs() const { return graphs_; }
+  /// Whether a runner with these options replays CUDA graphs: use_graphs,
+  /// a CUDA device and a build with CUDA (STATICKV_HAS_CUDA).
+  static bool captures(bool use_graphs, const at::Device& device) {
+#ifdef STATICKV_HAS_CUDA
+    return use_graphs && device.is_cuda();
+#else
+    (void)use_graphs, (void)device;
+    return false;
+#endif
+  }
   /// How many inputs run() takes (the InputSpecs given).
   size_t input_count() const { return specs_.size(); }
 

@@ -132,7 +132,7 @@ Engine::Engine(const LlamaModel& model, const EngineOptions& options, SamplingHe
 void Engine::resolve_head_in_step() {
   const EngineOptions& o = options_;
   if (!o.head_in_step) {
-    head_in_step_ = head_ && o.bucketed && o.cuda_graphs && model_.device().is_cuda();
+    head_in_step_ = head_ && o.bucketed && GraphRunner::captures(o.cuda_graphs, model_.device());
     return;
   }
   TORCH_CHECK(!*o.head_in_step || o.bucketed,
