@@ -39,7 +39,8 @@
 #      times); llama-3.1-8b batch 1; host offload of the 8B shape; then the rest
 #      (SmolLM2 shape, prompt lengths, write cost, attention stack, memory,
 #      serving vs generate_batch, AOTInductor, the Python seeds under
-#      reduce-overhead, the Hugging Face comparison) while time is left.
+#      reduce-overhead, statickv.hf's int8/fp8 caches, the Hugging Face
+#      comparison) while time is left.
 # Transformers: the wheels prep.sh carried (.devdeps/wheels, 5.24) go ahead
 # of the machine's own.
 #
@@ -345,7 +346,8 @@ fi
 # CUDA), after everything else: the package is built against this machine's
 # torch first (a minute or two), and the stage runs only with time to spare.
 if "$PY" -c 'import transformers' 2>/dev/null && (($(left) > 200)); then
-  if [ -z "${DONE[hf_seeds]:-}" ] && ! "$PY" -c 'import statickv' 2>/dev/null; then
+  if { [ -z "${DONE[hf_seeds]:-}" ] || [ -z "${DONE[hf_quantized]:-}" ]; } &&
+    ! "$PY" -c 'import statickv' 2>/dev/null; then
     echo "== building the Python package into /tmp/statickv-py"
     MAX_JOBS=$(nproc) timeout 150 "$PY" -m pip install -q --no-build-isolation --no-deps \
       --target /tmp/statickv-py . >"$RES/python_build.txt" 2>&1 &&
@@ -356,6 +358,11 @@ if "$PY" -c 'import transformers' 2>/dev/null && (($(left) > 200)); then
   "$PY" -c 'import statickv' 2>/dev/null &&
     stage hf_seeds 120 240 "$PY" benchmarks/hf_compare.py --parts seeds --device "$DEV" \
       "${seedargs[@]}" --workdir /tmp/statickv-hf --json "$RES/hf_seeds.json"
+  # statickv.hf's int8/fp8 caches on CUDA: the operator against the CPU's
+  # bytes, and CUDA graphs (reduce-overhead) against eager.
+  "$PY" -c 'import statickv' 2>/dev/null &&
+    stage hf_quantized 60 120 "$PY" -m pytest -q -p no:cacheprovider -k cuda -rs \
+      tests/python/test_hf_quantized.py
 fi
 
 commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)

@@ -73,6 +73,8 @@ STAGES = {
     "hf_serving": (6, 90, ["benchmarks/hf_serving.py", "benchmarks/serving.cpp"]),
     "hf_compare": (6, 180, HF),
     "hf_seeds": (6, 180, ["python", "benchmarks/hf_compare.py"]),
+    "hf_quantized": (6, 60, ["python", "tests/python/test_hf_quantized.py",
+                             "tests/python/conftest.py"]),
 }
 
 

@@ -123,6 +123,8 @@ void bind_cache(py::module_& m) {
           "window", [](const Cache& c, int64_t l) { return c.layer(l).window(); }, py::arg("layer"))
       .def("keys", &Cache::keys, py::arg("layer"))
       .def("values", &Cache::values, py::arg("layer"))
+      .def("key_scales", &Cache::key_scales, py::arg("layer"))
+      .def("value_scales", &Cache::value_scales, py::arg("layer"))
       .def("slot_positions", &Cache::slot_positions, py::arg("layer"));
   py::class_<statickv::StaticCache, Cache>(m, "StaticCache")
       .def(py::init<CacheConfig>(), py::arg("config"));

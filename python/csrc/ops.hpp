@@ -11,6 +11,15 @@
 // head_dim]; slots: int64 [q] (every row at the same slots) or [b, q] (per
 // row), as StepPlan::write_slots() gives them, every value in [0, slots_len).
 // Rows 0..b-1 are written; nothing else changes.
+//
+//   statickv::cache_write_quantized(Tensor(a!) keys, Tensor(b!) values,
+//       Tensor(c!) key_scales, Tensor(d!) value_scales, Tensor key,
+//       Tensor value, Tensor slots) -> ()
+// The same write into quantized storage (Note [quantized storage],
+// docs/design.md): keys, values hold codes (int8, or float8_e4m3fn or its
+// uint8 bits), key_scales, value_scales float32 [max_batch, kv_heads,
+// slots_len, 1]; key, value in the compute dtype are quantized per token and
+// kv head exactly as the C++ cache's update() quantizes them.
 
 #include <ATen/ATen.h>
 
@@ -25,6 +34,18 @@ void cache_write(const at::Tensor& keys, const at::Tensor& values, const at::Ten
 /// bad call fails at trace time with the same message as in eager mode.
 void check_cache_write(const at::Tensor& keys, const at::Tensor& values, const at::Tensor& key,
                        const at::Tensor& value, const at::Tensor& slots);
+
+/// The quantized write's eager kernel: detail::quantize, then one
+/// index_copy_ per codes and scales buffer.
+void cache_write_quantized(const at::Tensor& keys, const at::Tensor& values,
+                           const at::Tensor& key_scales, const at::Tensor& value_scales,
+                           const at::Tensor& key, const at::Tensor& value, const at::Tensor& slots);
+
+/// The quantized write's checks (every implementation, the fake one too).
+void check_cache_write_quantized(const at::Tensor& keys, const at::Tensor& values,
+                                 const at::Tensor& key_scales, const at::Tensor& value_scales,
+                                 const at::Tensor& key, const at::Tensor& value,
+                                 const at::Tensor& slots);
 
 /// Throws c10::Error unless torch's dispatcher has statickv::cache_write. A
 /// C++ consumer of a package that calls the op (the AOTInductor runner,

@@ -38,6 +38,25 @@ def tiny_model(kind, seed=0):
     return model.eval()
 
 
+def tiny_gemma(kind, seed=0):
+    """A tiny random Gemma 2 (alternating sliding, full) or Gemma 3 text
+    model (five sliding layers then a full one), window WINDOW."""
+    torch.manual_seed(seed)
+    fields = dict(COMMON, head_dim=8, sliding_window=WINDOW)
+    if kind == "gemma2":
+        fields["num_hidden_layers"] = 4
+        model = transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**fields))
+    else:
+        fields["num_hidden_layers"] = 6
+        model = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**fields))
+    model.generation_config.pad_token_id = 0
+    return model.eval()
+
+
+def any_model(kind):
+    return tiny_gemma(kind) if kind.startswith("gemma") else tiny_model(kind)
+
+
 def left_padded(lengths, seed=0):
     """input_ids and attention_mask for prompts of these lengths, padded on
     the left with token 0, as transformers pads for generation."""
@@ -48,6 +67,17 @@ def left_padded(lengths, seed=0):
     for row, n in enumerate(lengths):
         ids[row, width - n:] = torch.randint(3, VOCAB, (n,), generator=gen)
         mask[row, width - n:] = 1
+    return ids, mask
+
+
+def repeating(lengths, seed=0):
+    """Left-padded prompts whose second half repeats part of the first, so
+    prompt lookup finds drafts."""
+    ids, mask = left_padded(lengths, seed=seed)
+    width = ids.shape[1]
+    for row, n in enumerate(lengths):
+        half = n // 2
+        ids[row, width - half:] = ids[row, width - n:width - n + half]
     return ids, mask
 
 

@@ -10,29 +10,9 @@ import re
 
 import pytest
 import torch
-import transformers
 
 import statickv.hf as skh
-from conftest import COMMON, WINDOW, assert_same, left_padded, snapshot, tiny_model
-
-
-def tiny_gemma(kind, seed=0):
-    """A tiny random Gemma 2 (alternating sliding, full) or Gemma 3 text
-    model (five sliding layers then a full one), window WINDOW."""
-    torch.manual_seed(seed)
-    fields = dict(COMMON, head_dim=8, sliding_window=WINDOW)
-    if kind == "gemma2":
-        fields["num_hidden_layers"] = 4
-        model = transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**fields))
-    else:
-        fields["num_hidden_layers"] = 6
-        model = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**fields))
-    model.generation_config.pad_token_id = 0
-    return model.eval()
-
-
-def any_model(kind):
-    return tiny_gemma(kind) if kind.startswith("gemma") else tiny_model(kind)
+from conftest import WINDOW, any_model, assert_same, left_padded, repeating, snapshot, tiny_model
 
 
 def make_cache(model, max_chunk=16, max_batch_size=4, max_cache_len=96):
@@ -269,17 +249,6 @@ def test_a_step_past_max_cache_len_or_max_batch_is_refused_before_anything_is_wr
 
 
 # -- statickv.hf.generate: prompt lookup and assisted decoding -----------------
-
-
-def repeating(lengths, seed=0):
-    """Left-padded prompts whose second half repeats part of the first, so
-    prompt lookup finds drafts."""
-    ids, mask = left_padded(lengths, seed=seed)
-    width = ids.shape[1]
-    for row, n in enumerate(lengths):
-        half = n // 2
-        ids[row, width - half:] = ids[row, width - n:width - n + half]
-    return ids, mask
 
 
 class PrepareSpy:

@@ -25,6 +25,10 @@ import statickv
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 _NATIVE_TYPES = {FULL: statickv.LayerType.FULL, SLIDING: statickv.LayerType.SLIDING}
+# kv_dtype -> the C++ storage (Note [quantized storage], docs/design.md).
+KV_DTYPES = {None: statickv.KvStorage.COMPUTE, "int8": statickv.KvStorage.INT8,
+             "fp8": statickv.KvStorage.FP8_E4M3}
+_STORED = {"int8": torch.int8, "fp8": torch.float8_e4m3fn}
 
 
 def layer_types_of(config):
@@ -51,8 +55,28 @@ def _buckets(value, default):
     return statickv.ShapeBuckets.of(list(value))
 
 
-def native_config(config, max_batch_size, max_cache_len, device, dtype, max_chunk):
-    """The statickv.CacheConfig for a transformers model config."""
+def check_kv_dtype(kv_dtype, dtype, device):
+    """Refuses, before anything is allocated, a kv_dtype that is not one of
+    KV_DTYPES, a compute dtype quantized storage does not take, or a device
+    that cannot store the codes."""
+    if kv_dtype not in KV_DTYPES:
+        raise ValueError(f"kv_dtype: expected None, 'int8' or 'fp8' but got {kv_dtype!r}")
+    if kv_dtype is None:
+        return
+    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"dtype: expected float32, float16 or bfloat16 with kv_dtype={kv_dtype!r} "
+                         f"(quantized storage dequantizes into the compute dtype) but got {dtype}")
+    try:
+        torch.zeros(1, dtype=dtype, device=device).to(_STORED[kv_dtype]).to(dtype)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"kv_dtype: expected a storage type device {device} can convert to and "
+                         f"from {dtype} but {kv_dtype!r} cannot be: {error}") from None
+
+
+def native_config(config, max_batch_size, max_cache_len, device, dtype, max_chunk,
+                  kv_dtype=None):
+    """The statickv.CacheConfig for a transformers model config (kv_dtype
+    checked by check_kv_dtype)."""
     text = config.get_text_config(decoder=True)
     types = layer_types_of(config)
     native = statickv.CacheConfig()
@@ -70,12 +94,33 @@ def native_config(config, max_batch_size, max_cache_len, device, dtype, max_chun
     if SLIDING in types:
         native.sliding_window = text.sliding_window
     native.max_chunk = max_chunk or 0
+    check_kv_dtype(kv_dtype, native.dtype, native.device)
+    native.kv_storage = KV_DTYPES[kv_dtype]
     return native, types
+
+
+def estimate_memory(config, max_batch_size, max_cache_len, device=None, dtype=None, *,
+                    max_chunk=None, kv_dtype=None):
+    """The bytes a StaticKVCache built with these arguments holds, without
+    allocating it: {"device": ..., "host": 0} (statickv.estimate_memory of
+    its CacheConfig; equals cache.memory_bytes())."""
+    native, _ = native_config(config, max_batch_size, max_cache_len, device, dtype, max_chunk,
+                              kv_dtype)
+    return statickv.estimate_memory(native)
+
+
+def dequantize(codes, scales, dtype):
+    """Stored codes [b, h, n, d] times their float32 scales [b, h, n, 1], in
+    the compute dtype: the values the C++ cache's update() stages (a
+    conversion and one multiply, rounded once)."""
+    return (codes.to(dtype) * scales).to(dtype)
 
 
 class StaticKVLayer(CacheLayerMixin):
     """One layer's view of a StaticKVCache: its two whole buffers (scratch
-    slot included), the same storage as the C++ cache's."""
+    slot included), the same storage as the C++ cache's. With kv_dtype,
+    keys and values hold the codes (int8 or float8_e4m3fn) and key_scales,
+    value_scales their float32 scales [max_batch, kv_heads, slots, 1]."""
 
     is_compileable = False  # transformers must not auto-compile plain generate
     is_croppable = True  # crop() rolls back exactly (Note [ring rollback])
@@ -88,12 +133,53 @@ class StaticKVLayer(CacheLayerMixin):
         self.is_sliding = sliding
         self.keys = cache.native.keys(layer_idx)
         self.values = cache.native.values(layer_idx)
+        self.key_scales = self.value_scales = None
+        if cache.kv_dtype is not None:
+            self.key_scales = cache.native.key_scales(layer_idx)
+            self.value_scales = cache.native.value_scales(layer_idx)
+        self.compute_dtype = cache.native.config.dtype
         self.batch_size = cache.max_batch_size
         self.device = self.keys.device
         self.is_initialized = True
 
     def lazy_initialization(self, key_states, value_states):
         pass  # allocated once, in the constructor
+
+    def buffers(self):
+        """Every tensor that holds this layer's rows (scales included)."""
+        if self.key_scales is None:
+            return [self.keys, self.values]
+        return [self.keys, self.values, self.key_scales, self.value_scales]
+
+    def write(self, key_states, value_states, slots):
+        """The step's keys and values into the buffers at slots, through
+        one operator (quantized on the way in with kv_dtype)."""
+        if self.key_scales is None:
+            torch.ops.statickv.cache_write(self.keys, self.values, key_states, value_states, slots)
+        else:
+            torch.ops.statickv.cache_write_quantized(self.keys, self.values, self.key_scales,
+                                                     self.value_scales, key_states, value_states,
+                                                     slots)
+
+    def read(self, b, n):
+        """Rows 0..b-1, slots 0..n-1, in the compute dtype: views of the
+        buffers, or with kv_dtype their dequantized values."""
+        keys, values = self.keys[:b, :, :n], self.values[:b, :, :n]
+        if self.key_scales is None:
+            return keys, values
+        return (dequantize(keys, self.key_scales[:b, :, :n], self.compute_dtype),
+                dequantize(values, self.value_scales[:b, :, :n], self.compute_dtype))
+
+    def read_slots(self, b, slots):
+        """Rows 0..b-1 at slots [q] (a step's own, just written), as read()
+        gives them: what attention sees of the step's keys and values."""
+        keys, values = self.keys[:b].index_select(2, slots), self.values[:b].index_select(2, slots)
+        if self.key_scales is None:
+            return keys, values
+        scales = (self.key_scales[:b].index_select(2, slots),
+                  self.value_scales[:b].index_select(2, slots))
+        return (dequantize(keys, scales[0], self.compute_dtype),
+                dequantize(values, scales[1], self.compute_dtype))
 
     def update(self, key_states, value_states, *args, **kwargs):
         return self.cache.update(key_states, value_states, self.layer_idx)
@@ -125,15 +211,21 @@ class StaticKVCache(Cache):
     lengths a speculative verification step (prompt lookup, assisted
     decoding) pads to (default powers of two up to max_chunk). All apply to
     statickv.hf.generate; plain model.generate runs at the shapes it makes.
+
+    kv_dtype: None (store in the compute dtype), "int8" or "fp8" (e4m3):
+    codes plus one float32 scale per token and kv head, quantized inside
+    the cache-write operator and dequantized for attention in the same
+    traced region (docs/python.md, Quantized storage).
     """
 
     def __init__(self, config, max_batch_size, max_cache_len, device=None, dtype=None, *,
                  max_chunk=None, batch_buckets=None, prefill_batch_buckets=None,
-                 prompt_buckets=None, verify_buckets=None):
+                 prompt_buckets=None, verify_buckets=None, kv_dtype=None):
         native, types = native_config(config, max_batch_size, max_cache_len, device, dtype,
-                                      max_chunk)
+                                      max_chunk, kv_dtype)
         kind = statickv.HybridCache if SLIDING in types else statickv.StaticCache
         self.native = kind(native)
+        self.kv_dtype = kv_dtype
         self.max_batch_size = max_batch_size
         self.max_cache_len = max_cache_len
         self.layer_types = types
@@ -150,9 +242,7 @@ class StaticKVCache(Cache):
         self._check_buckets()
         layers = [StaticKVLayer(self, i, t == SLIDING) for i, t in enumerate(types)]
         super().__init__(layers=layers)
-        for layer in layers:  # CUDA graphs may bake these addresses in
-            torch._dynamo.mark_static_address(layer.keys)
-            torch._dynamo.mark_static_address(layer.values)
+        _mark_static(layers)
         self._managed = False  # True inside statickv.hf.generate
         self._seen = 0  # plain generate: columns already stored
         self._plan = None
@@ -238,7 +328,8 @@ class StaticKVCache(Cache):
         """One layer of a long plain step. Sliding layers return the window
         before the step (read from the ring first, in position order)
         followed by the step's own keys, which is what get_mask_sizes
-        describes; full layers return the stored columns. Each chunk is
+        describes (as stored: dequantized with kv_dtype); full layers return
+        the stored columns. Each chunk is
         planned with prepare(), once per layer: the bookkeeping ends as one
         plan of the whole step would leave it (the last layer's last chunk
         is the newest), and the views of this step never read it."""
@@ -249,19 +340,22 @@ class StaticKVCache(Cache):
             start = self._long_window_start(seen)
             capacity = self.native.capacity(layer.layer_idx)
             order = torch.arange(start, seen, device=layer.keys.device) % capacity
-            past = (layer.keys[:b].index_select(2, order), layer.values[:b].index_select(2, order))
+            ring = layer.read(b, capacity)
+            past = (ring[0].index_select(2, order), ring[1].index_select(2, order))
+        own = ([], [])
         for first, n in self._long:
             positions = torch.arange(first, first + n, device=key_states.device)
             plan = self.native.prepare(positions, b, first + n)
             offset = first - seen
-            torch.ops.statickv.cache_write(layer.keys, layer.values,
-                                           key_states[:, :, offset:offset + n],
-                                           value_states[:, :, offset:offset + n],
-                                           plan.write_slots(layer.layer_idx))
+            slots = plan.write_slots(layer.layer_idx)
+            layer.write(key_states[:, :, offset:offset + n], value_states[:, :, offset:offset + n],
+                        slots)
+            if past is not None:  # read back before a later chunk overwrites the ring
+                for mine, stored in zip(own, layer.read_slots(b, slots)):
+                    mine.append(stored)
         if past is None:
-            n = self._seen
-            return layer.keys[:b, :, :n], layer.values[:b, :, :n]
-        return torch.cat([past[0], key_states], 2), torch.cat([past[1], value_states], 2)
+            return layer.read(b, self._seen)
+        return torch.cat([past[0], *own[0]], 2), torch.cat([past[1], *own[1]], 2)
 
     def _long_window_start(self, seen):
         """The first past position a long step's sliding queries can see."""
@@ -278,16 +372,16 @@ class StaticKVCache(Cache):
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         """Writes one layer's new keys and values with
-        torch.ops.statickv.cache_write and returns views of the buffers."""
+        torch.ops.statickv.cache_write (cache_write_quantized with kv_dtype)
+        and returns views of the buffers (their dequantized values)."""
         if not self._managed and layer_idx == 0:
             self._plain_step(key_states)
         layer = self.layers[layer_idx]
         if not self._managed and self._long is not None:
             return self._long_update(layer, key_states, value_states)
-        torch.ops.statickv.cache_write(layer.keys, layer.values, key_states, value_states,
-                                       self._slots[layer_idx])
-        b, n = self._live_batch, self._view_lens[layer_idx]
-        keys, values = layer.keys[:b, :, :n], layer.values[:b, :, :n]
+        layer.write(key_states, value_states, self._slots[layer_idx])
+        keys, values = layer.read(self._live_batch, self._view_lens[layer_idx])
+        n = keys.shape[2]
         if not self._managed and layer.is_sliding and self._kv_offset > 0:
             # transformers' sliding mask reads key index i as position
             # kv_offset + i: hand it the ring in position order.
@@ -310,6 +404,11 @@ class StaticKVCache(Cache):
 
     def get_max_length(self, layer_idx=None):
         return self.max_cache_len
+
+    def memory_bytes(self):
+        """Bytes this cache holds (codes, scales and the C++ cache's staging
+        buffer with kv_dtype); equals estimate_memory's "device" figure."""
+        return self.native.memory_bytes()
 
     @property
     def is_compileable(self):
@@ -373,9 +472,7 @@ class StaticKVCache(Cache):
         new.native = type(self.native)(self.native.config)
         new.native.copy_from(self.native)
         new.layers = [StaticKVLayer(new, i, t == SLIDING) for i, t in enumerate(self.layer_types)]
-        for layer in new.layers:
-            torch._dynamo.mark_static_address(layer.keys)
-            torch._dynamo.mark_static_address(layer.values)
+        _mark_static(new.layers)
         new._plan = None
         new._slots = [None] * len(self.layer_types)
         new._view_lens = [0] * len(self.layer_types)
@@ -387,3 +484,10 @@ class StaticKVCache(Cache):
 
     def batch_select_indices(self, indices):
         raise NotImplementedError("StaticKVCache.batch_select_indices: not supported")
+
+
+def _mark_static(layers):
+    """CUDA graphs may bake these addresses in: dynamo treats them as static."""
+    for layer in layers:
+        for buffer in layer.buffers():
+            torch._dynamo.mark_static_address(buffer)

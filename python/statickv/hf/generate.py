@@ -345,19 +345,21 @@ def _speculative_loop(model, cache, input_ids, lengths, options):
 
 class _BeamScratch:
     """Beam search's reorder of the cache rows, allocation-free per step: one
-    scratch buffer per layer shape and one index buffer, made on first use
-    and kept with the cache. Only keys and values move: the beams of one
-    prompt sit at the same positions, so their bookkeeping rows are equal
-    and a reorder within a prompt's beams leaves it as it is."""
+    scratch buffer per buffer shape and dtype and one index buffer, made on
+    first use and kept with the cache. Only the stored rows move (keys,
+    values, and a quantized cache's scales): the beams of one prompt sit at
+    the same positions, so their bookkeeping rows are equal and a reorder
+    within a prompt's beams leaves it as it is."""
 
     def __init__(self, cache):
         if getattr(cache, "_beam_scratch", None) is None:
             first = cache.layers[0].keys
             buffers = {}
             for layer in cache.layers:
-                key = tuple(layer.keys.shape)
-                if key not in buffers:
-                    buffers[key] = torch.empty_like(layer.keys)
+                for buffer in map(_movable, layer.buffers()):
+                    key = (tuple(buffer.shape), buffer.dtype)
+                    if key not in buffers:
+                        buffers[key] = torch.empty_like(buffer)
             index = torch.empty(cache.max_batch_size, dtype=torch.long, device=first.device)
             cache._beam_scratch = (buffers, index)
         self.cache = cache
@@ -368,10 +370,15 @@ class _BeamScratch:
         index = self.index[:n]
         index.copy_(beam_idx)
         for layer in self.cache.layers:
-            scratch = self.buffers[tuple(layer.keys.shape)][:n]
-            for buffer in (layer.keys, layer.values):
+            for buffer in map(_movable, layer.buffers()):
+                scratch = self.buffers[(tuple(buffer.shape), buffer.dtype)][:n]
                 torch.index_select(buffer[:n], 0, index, out=scratch)
                 buffer[:n].copy_(scratch)
+
+
+def _movable(buffer):
+    """float8 codes move as their uint8 bits (no float8 index_select on the CPU)."""
+    return buffer.view(torch.uint8) if buffer.dtype == torch.float8_e4m3fn else buffer
 
 
 def _beam_loop(model, cache, input_ids, lengths, options):
