@@ -350,6 +350,42 @@ struct SchedulerSteps {
     s.stats.prefix_tokens_reused += match.reused;
   }
 
+  /// Note [prefix cache], shared prompts: a request whose whole prompt a
+  /// row is still prefilling waits for that prefill, then starts from the
+  /// row the pool saved when it ended (the choices of one `n` prefill their
+  /// prompt once). Only where the pool can serve it: on, a prompt longer
+  /// than one block, no prompt log-probabilities on either side.
+  static bool waits_for_twin(const Scheduler::State& s, const Active& a) {
+    const std::vector<int64_t>& prompt = a.request.prompt;
+    if (!s.prefix || a.request.prompt_logprobs >= 0 ||
+        static_cast<int64_t>(prompt.size()) <= s.options.prefix_block)
+      return false;
+    const auto& rows = s.table->rows();
+    const auto end = rows.begin() + static_cast<std::ptrdiff_t>(s.table->prefilling());
+    return std::any_of(rows.begin(), end, [&](const Active& row) {
+      return row.request.prompt_logprobs < 0 && row.request.prompt == prompt;
+    });
+  }
+
+  /// Admits waiting requests, in order, into free rows; a twin of a
+  /// prefilling row stays waiting, in its place.
+  static void admit(Scheduler::State& s) {
+    RowTable& table = *s.table;
+    const auto admitted = ServeClock::now();
+    for (auto it = s.waiting.begin();
+         it != s.waiting.end() && static_cast<int64_t>(table.live()) < s.options.max_batch;) {
+      if (waits_for_twin(s, *it)) {
+        ++it;
+        continue;
+      }
+      Active a = std::move(*it);
+      it = s.waiting.erase(it);
+      a.admitted = admitted;
+      table.admit(std::move(a));
+      reuse_prefix(s, table.prefilling() - 1);
+    }
+  }
+
   /// Saves row r's cached tokens (its prompt, and what it generated but
   /// the newest token) to the pool, on the cache's device.
   static void save_prefix(Scheduler::State& s, size_t r) {
@@ -430,14 +466,7 @@ void Scheduler::step() {
   c10::InferenceMode inference;
   State& s = *state_;
   RowTable& table = *s.table;
-  const auto admitted = ServeClock::now();
-  while (static_cast<int64_t>(table.live()) < s.options.max_batch && !s.waiting.empty()) {
-    Active a = std::move(s.waiting.front());
-    s.waiting.pop_front();
-    a.admitted = admitted;
-    table.admit(std::move(a));
-    SchedulerSteps::reuse_prefix(s, table.prefilling() - 1);
-  }
+  SchedulerSteps::admit(s);
   if (table.live() == 0) return;
   const size_t prefilling = table.prefilling();
   const int64_t decoding = static_cast<int64_t>(table.live() - prefilling);

@@ -604,6 +604,61 @@ TEST_CASE("a chat's next turn starts from the row its last turn left", "[serving
   require_each_equals_alone(model, CacheKind::kHybrid, run);
 }
 
+namespace {
+
+/// Four choices of one 21-token prompt (longer than a block, the window and
+/// a prefill chunk), one greedy and three seeded, submitted together, as
+/// statickv-serve submits `n`; served to the end. Returns the stats.
+EngineStats serve_choices(const LlamaModel& model, CacheKind cache, int64_t budget, TraceRun& run) {
+  Scheduler engine(model, prefix_options(cache, budget));
+  std::vector<int64_t> prompt;
+  for (int64_t i = 0; i < 21; ++i) prompt.push_back(9 + (i * 37) % 110);
+  for (int64_t i = 0; i < 4; ++i) {
+    Request r;
+    r.id = "choice" + std::to_string(i);
+    r.prompt = prompt;
+    r.max_new_tokens = 6;
+    r.stop = std::vector<int64_t>{};
+    if (i > 0) r.sampling = sampling(0.8, 20, 100 + static_cast<uint64_t>(i));
+    run.accepted.push_back(r);
+    r.on_token = [&run](const std::string& id, int64_t token) {
+      run.streamed[id].push_back(token);
+    };
+    engine.submit(std::move(r));
+  }
+  engine.run_until_idle();
+  for (Completion& c : engine.take_finished()) run.completions[c.id] = std::move(c);
+  return engine.stats();
+}
+
+}  // namespace
+
+TEST_CASE("choices of one prompt prefill it once and equal generating each alone",
+          "[serving][prefix]") {
+  at::set_num_threads(1);
+  for (const auto& [shape, cache] : {std::pair<std::string, CacheKind>{"tiny", CacheKind::kStatic},
+                                     {"tiny-qwen2", CacheKind::kHybrid}}) {
+    INFO(shape);
+    const LlamaModel model = tiny_model(shape);
+    TraceRun shared, apart;
+    const EngineStats on = serve_choices(model, cache, -1, shared);
+    const EngineStats off = serve_choices(model, cache, 0, apart);
+    // Three choices waited for the first one's prefill, then restored its
+    // row and fed only the last prompt token themselves.
+    CHECK(on.prefix_hits == 3);
+    CHECK(on.prefix_tokens_reused == 3 * 20);
+    CHECK(off.real_tokens - on.real_tokens == 3 * 20);
+    CHECK(off.prefix_hits == 0);
+    for (const TraceRun* run : {&shared, &apart}) {
+      for (const auto& [id, c] : run->completions) {
+        INFO(id);
+        CHECK(c.tokens == apart.completions.at(id).tokens);
+      }
+      require_each_equals_alone(model, cache, *run);
+    }
+  }
+}
+
 TEST_CASE("prefix cache sizes and combinations it cannot serve are refused by name",
           "[serving][prefix][errors]") {
   const LlamaModel model = tiny_model("tiny");
