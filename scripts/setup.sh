@@ -138,6 +138,7 @@ else
   cmake_args+=(-DSTATICKV_REQUIRE_CUDA=ON)  # with nvcc, the CUDA parts must build
 fi
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
+STATICKV_T_INSTALLED=$SECONDS  # scripts/test.sh reports each phase's seconds
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
   echo "== configuring $BUILD_DIR"
   mkdir -p "$BUILD_DIR"
@@ -166,3 +167,4 @@ for target in ${STATICKV_BUILD_TARGETS:-}; do
 done
 echo "== building (cmake --build $BUILD_DIR ${build_targets[*]})"
 cmake --build "$BUILD_DIR" -j "$(nproc)" "${build_targets[@]}"
+STATICKV_T_BUILT=$SECONDS

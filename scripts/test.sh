@@ -24,6 +24,7 @@ source "$(dirname "$0")/setup.sh"
 cd "$BUILD_DIR"
 ctest --output-on-failure -j "$(nproc)" "${ctest_select[@]}" "$@"
 cd "$STATICKV_ROOT"
+t_ctest=$SECONDS
 
 # Sanitizers: the test executables and the fuzz corpus replay, built with
 # -fsanitize=address,undefined (our code only: LibTorch is the prebuilt
@@ -50,6 +51,8 @@ fi
 
 # Fuzzing: libFuzzer needs clang and its runtime (Debian: clang,
 # libclang-rt-dev), installed like setup.sh's packages.
+t_asan=$SECONDS
+
 FUZZ_SECONDS=${STATICKV_FUZZ_SECONDS:-60}
 if [ "$FUZZ_SECONDS" != 0 ]; then
   FUZZ_DIR="$STATICKV_ROOT/build-fuzz$TREE_SUFFIX"
@@ -87,3 +90,7 @@ if [ "$FUZZ_SECONDS" != 0 ]; then
     grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)' "$FUZZ_DIR/fuzz-$name.log"
   done
 fi
+# Where the time went (CI keeps the whole run under 45 minutes on 2 cores).
+echo "== seconds: installs $STATICKV_T_INSTALLED, configure and build" \
+  "$((STATICKV_T_BUILT - STATICKV_T_INSTALLED)), ctest $((t_ctest - STATICKV_T_BUILT))," \
+  "sanitizers $((t_asan - t_ctest)), fuzzing $((SECONDS - t_asan)); total $SECONDS"

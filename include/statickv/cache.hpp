@@ -286,9 +286,6 @@ int64_t estimate_memory_bytes(const CacheConfig& config);
 /// offloaded cache's keys and values, pinned on CUDA).
 CacheConfig::Bytes estimate_memory(const CacheConfig& config);
 
-/// The name Cache had before 0.2; kept so existing code compiles.
-using CacheBase = Cache;
-
 /// Every layer full attention (Llama-style models).
 class StaticCache : public Cache {
  public:

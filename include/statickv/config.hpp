@@ -175,8 +175,6 @@ struct CacheConfig {
     if (max_chunk > 0) return max_chunk;
     return has_type(LayerType::kSliding) ? std::min(sliding_window, max_len) : max_len;
   }
-  /// The name effective_max_chunk() had before 0.2; kept for existing callers.
-  int64_t chunk_limit() const { return effective_max_chunk(); }
 
   /// Slots of a sliding ring. Note [ring capacity]: a chunk of c tokens
   /// starting at position p0 needs the window-1 positions before p0 (for its

@@ -207,7 +207,4 @@ struct StepAccess {
 
 }  // namespace detail
 
-/// The name StepPlan had before 0.2; kept so existing code compiles.
-using Step = StepPlan;
-
 }  // namespace statickv

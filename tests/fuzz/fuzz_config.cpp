@@ -44,7 +44,8 @@ void fuzz_config_fields(Input& in) {
     return;
   }
   // Valid: every derived size is consistent and the estimate is exact.
-  FUZZ_CHECK(c.effective_max_chunk() >= 1 && c.effective_max_chunk() <= c.max_len, "chunk_limit");
+  FUZZ_CHECK(c.effective_max_chunk() >= 1 && c.effective_max_chunk() <= c.max_len,
+             "effective_max_chunk");
   const int64_t bytes = estimate_memory_bytes(c);
   FUZZ_CHECK(bytes > 0, "estimate_memory_bytes");
   if (c.has_type(LayerType::kSliding)) {

@@ -39,14 +39,10 @@ int main() {
   const at::Tensor key = at::ones({2, 2, 3, 4});
   statickv::StepPlan step = cache.prepare(at::arange(3), /*live_batch=*/2);
   statickv::KV kv = cache.update(/*layer=*/0, key, key, step);
-  // The names statickv used before 0.2 still compile: Step, CacheBase,
-  // chunk_limit().
-  statickv::CacheBase& base = cache;
-  statickv::Step again = base.prepare(at::arange(3, 4), /*live_batch=*/2);
+  statickv::StepPlan again = cache.prepare(at::arange(3, 4), /*live_batch=*/2);
   const bool ok = kv.keys.data_ptr() == cache.keys(0).data_ptr() &&
                   at::equal(kv.keys.narrow(2, 0, 3), key) &&
-                  step.mask(0).sizes() == at::IntArrayRef({2, 1, 3, 8}) && again.query_len() == 1 &&
-                  config.chunk_limit() == config.effective_max_chunk();
+                  step.mask(0).sizes() == at::IntArrayRef({2, 1, 3, 8}) && again.query_len() == 1;
   std::printf("statickv %s consumer (C++ %ld): %s\n", statickv::kVersion,
               static_cast<long>(__cplusplus), ok ? "ok" : "MISMATCH");
   return ok ? 0 : 1;
