@@ -24,11 +24,11 @@ On CUDA, also:
   hf-compile    the same model through transformers' own compiled path:
                 GenerationConfig(compile_config=CompileConfig(fullgraph=True,
                 mode="reduce-overhead")), which compiles the decode step
-                (torch.compile + CUDA graphs) and runs prefill eagerly. (An
-                earlier version wrapped model.forward in torch.compile itself;
-                on the H200 with transformers 5.17 that failed: the static
-                cache is created lazily inside the first compiled call, so its
-                tensors were CUDA-graph outputs overwritten by the next run.)
+                (torch.compile + CUDA graphs) and runs prefill eagerly. The
+                forward is not wrapped in torch.compile here: transformers
+                creates its static cache lazily inside the first call, so
+                under reduce-overhead its tensors would be CUDA-graph outputs
+                that the next replay overwrites.
   new lengths   for each of --new-lengths (prompt lengths not seen before),
                 the time to the first token of the first request, from a
                 fresh hf-compile model and a fresh statickv server: what a

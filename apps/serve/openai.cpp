@@ -389,18 +389,28 @@ GenerationDefaults GenerationDefaults::load(const std::string& dir) {
   if (dir.empty() || !std::filesystem::exists(path)) return d;
   const json config = json::parse(std::ifstream(path), nullptr, /*allow_exceptions=*/false);
   if (!config.is_object()) throw std::runtime_error(path.string() + ": malformed JSON");
-  const auto get = [&](const char* key) {
-    return config.contains(key) && !config[key].is_null() ? config[key] : json();
+  // A field of the wrong type is refused, naming it: a silent default
+  // would serve other answers than transformers' generate.
+  const auto get = [&](const char* key, bool (json::*is)() const noexcept, const char* expected) {
+    const json value = config.contains(key) ? config[key] : json();
+    if (!value.is_null() && !(value.*is)())
+      throw std::runtime_error(path.string() + ": " + key + ": expected " + expected + " but got " +
+                               value.dump());
+    return value;
   };
-  if (get("max_new_tokens").is_number_integer()) d.max_new_tokens = get("max_new_tokens");
-  if (get("do_sample") != true) {  // transformers: greedy unless do_sample
+  const json max_new = get("max_new_tokens", &json::is_number_integer, "an integer");
+  if (!max_new.is_null()) d.max_new_tokens = max_new.get<int64_t>();
+  if (get("do_sample", &json::is_boolean, "a boolean") != true) {  // greedy unless do_sample
     d.temperature = 0.0;
     return d;
   }
   // Sampling: the file's values, else transformers' GenerationConfig defaults.
-  d.temperature = get("temperature").is_number() ? get("temperature").get<double>() : 1.0;
-  d.top_p = get("top_p").is_number() ? get("top_p").get<double>() : 1.0;
-  d.top_k = get("top_k").is_number_integer() ? get("top_k").get<int64_t>() : 50;
+  const json temperature = get("temperature", &json::is_number, "a number");
+  const json top_p = get("top_p", &json::is_number, "a number");
+  const json top_k = get("top_k", &json::is_number_integer, "an integer");
+  d.temperature = temperature.is_null() ? 1.0 : temperature.get<double>();
+  d.top_p = top_p.is_null() ? 1.0 : top_p.get<double>();
+  d.top_k = top_k.is_null() ? 50 : top_k.get<int64_t>();
   return d;
 }
 

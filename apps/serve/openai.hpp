@@ -92,6 +92,7 @@ struct GenerationDefaults {
   /// its temperature, top_p and top_k, each absent one as transformers'
   /// GenerationConfig has it (1.0, 1.0, 50); max_new_tokens if given. No
   /// file (or no dir): OpenAI's defaults (temperature 1, top_p 1, no top_k).
+  /// A field of the wrong type throws std::runtime_error naming the file and field.
   static GenerationDefaults load(const std::string& dir);
 };
 

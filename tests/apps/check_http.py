@@ -44,6 +44,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -757,6 +758,22 @@ def check_tp_refused(c, exe):
       f"--http with --tp 2 is refused: exit {run.returncode}, {run.stderr.strip()[-160:]!r}")
 
 
+def check_bad_generation_config(c, exe, tiny, work):
+    """A generation_config.json field of the wrong type stops the server at
+    start, naming the file and the field (a silent default would answer
+    differently from transformers' generate)."""
+    bad = work / "bad_generation_config"
+    shutil.copytree(tiny, bad, dirs_exist_ok=True)
+    (bad / "generation_config.json").write_text(json.dumps({"do_sample": True,
+                                                            "temperature": "warm"}))
+    run = subprocess.run([exe, "--checkpoint", str(bad), *COMMON, "--http", "127.0.0.1:0"],
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    err = run.stderr.strip()[-240:]
+    c(run.returncode != 0 and "generation_config.json: temperature: expected a number but got "
+      '"warm"' in run.stderr, f"a string temperature is refused at start: exit {run.returncode}, "
+      f"{err!r}")
+
+
 def serve_with_key(c, exe, tiny, ref, alone):
     server = Server(exe, ["--checkpoint", str(tiny), *COMMON, "--max-batch", "8",
                           "--served-model-name", NAME, "--api-key", "sk-test"])
@@ -780,6 +797,7 @@ def main():
     serve_tiny(c, exe, work / "tiny", tok, hf_tok, ref, alone)
     serve_with_key(c, exe, work / "tiny", ref, alone)
     c.run("--tp", check_tp_refused, c, exe)
+    c.run("generation_config.json", check_bad_generation_config, c, exe, work / "tiny", work)
     if smollm2:
         c.run("SmolLM2", check_smollm2, c, exe, smollm2)
     else:

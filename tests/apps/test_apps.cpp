@@ -7,7 +7,6 @@
 #include <statickv/flags/flags.hpp>
 
 // After LibTorch's headers: Catch2's CHECK must win over c10's logging CHECK.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <cmath>

@@ -154,6 +154,13 @@ struct TraceRun {
   std::map<std::string, Completion> completions;         // by id
   std::map<std::string, std::vector<int64_t>> streamed;  // on_token, by id
   int64_t rejected = 0;
+
+  /// Records `r` as accepted, streams its tokens into `streamed`, submits it.
+  void submit(Scheduler& engine, Request r) {
+    accepted.push_back(r);
+    r.on_token = [this](const std::string& id, int64_t token) { streamed[id].push_back(token); };
+    engine.submit(std::move(r));
+  }
 };
 
 std::vector<Request> trace_requests(uint64_t seed) {
@@ -197,11 +204,7 @@ void run_trace(Scheduler& engine, std::vector<Request> requests, TraceRun& run) 
       Request r = std::move(requests[next++]);
       r.arrival.reset();
       if (next % 11 == 0) run.cancel_at[r.id] = step + static_cast<int64_t>(rng() % 12);
-      run.accepted.push_back(r);
-      r.on_token = [&run](const std::string& id, int64_t token) {
-        run.streamed[id].push_back(token);
-      };
-      engine.submit(std::move(r));
+      run.submit(engine, std::move(r));
       if (next % 9 != 0) continue;
       Bad bad = bad_request(static_cast<int>(next / 9), "bad" + std::to_string(next),
                             run.accepted.back().id);
@@ -506,11 +509,7 @@ EngineStats serve_prefixed(Scheduler& engine, std::vector<Request> requests, Tra
       Request r = std::move(requests[next++]);
       r.arrival.reset();
       if (next % 7 == 0) run.cancel_at[r.id] = step + static_cast<int64_t>(next % 5);
-      run.accepted.push_back(r);
-      r.on_token = [&run](const std::string& id, int64_t token) {
-        run.streamed[id].push_back(token);
-      };
-      engine.submit(std::move(r));
+      run.submit(engine, std::move(r));
     }
     engine.step();
     for (Completion& c : engine.take_finished()) run.completions[c.id] = std::move(c);
@@ -585,12 +584,8 @@ TEST_CASE("a chat's next turn starts from the row its last turn left", "[serving
     r.prompt = conversation;
     r.max_new_tokens = 5;
     r.stop = std::vector<int64_t>{};
-    run.accepted.push_back(r);
-    r.on_token = [&run](const std::string& id, int64_t token) {
-      run.streamed[id].push_back(token);
-    };
     const int64_t reused_before = engine.stats().prefix_tokens_reused;
-    engine.submit(std::move(r));
+    run.submit(engine, std::move(r));
     engine.run_until_idle();
     for (Completion& c : engine.take_finished()) run.completions[c.id] = c;
     const Completion& done = run.completions.at("turn" + std::to_string(turn));
@@ -620,11 +615,7 @@ EngineStats serve_choices(const LlamaModel& model, CacheKind cache, int64_t budg
     r.max_new_tokens = 6;
     r.stop = std::vector<int64_t>{};
     if (i > 0) r.sampling = sampling(0.8, 20, 100 + static_cast<uint64_t>(i));
-    run.accepted.push_back(r);
-    r.on_token = [&run](const std::string& id, int64_t token) {
-      run.streamed[id].push_back(token);
-    };
-    engine.submit(std::move(r));
+    run.submit(engine, std::move(r));
   }
   engine.run_until_idle();
   for (Completion& c : engine.take_finished()) run.completions[c.id] = std::move(c);
