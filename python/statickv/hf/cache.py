@@ -164,22 +164,20 @@ class StaticKVLayer(CacheLayerMixin):
     def read(self, b, n):
         """Rows 0..b-1, slots 0..n-1, in the compute dtype: views of the
         buffers, or with kv_dtype their dequantized values."""
-        keys, values = self.keys[:b, :, :n], self.values[:b, :, :n]
-        if self.key_scales is None:
-            return keys, values
-        return (dequantize(keys, self.key_scales[:b, :, :n], self.compute_dtype),
-                dequantize(values, self.value_scales[:b, :, :n], self.compute_dtype))
+        return self._read(lambda t: t[:b, :, :n])
 
     def read_slots(self, b, slots):
         """Rows 0..b-1 at slots [q] (a step's own, just written), as read()
         gives them: what attention sees of the step's keys and values."""
-        keys, values = self.keys[:b].index_select(2, slots), self.values[:b].index_select(2, slots)
+        return self._read(lambda t: t[:b].index_select(2, slots))
+
+    def _read(self, select):
+        """select() of keys and values, dequantized with their scales' select()."""
+        keys, values = select(self.keys), select(self.values)
         if self.key_scales is None:
             return keys, values
-        scales = (self.key_scales[:b].index_select(2, slots),
-                  self.value_scales[:b].index_select(2, slots))
-        return (dequantize(keys, scales[0], self.compute_dtype),
-                dequantize(values, scales[1], self.compute_dtype))
+        return (dequantize(keys, select(self.key_scales), self.compute_dtype),
+                dequantize(values, select(self.value_scales), self.compute_dtype))
 
     def update(self, key_states, value_states, *args, **kwargs):
         return self.cache.update(key_states, value_states, self.layer_idx)
@@ -342,7 +340,7 @@ class StaticKVCache(Cache):
             order = torch.arange(start, seen, device=layer.keys.device) % capacity
             ring = layer.read(b, capacity)
             past = (ring[0].index_select(2, order), ring[1].index_select(2, order))
-        own = ([], [])
+        own = ([], [])  # the step's keys and values as stored (quantized caches)
         for first, n in self._long:
             positions = torch.arange(first, first + n, device=key_states.device)
             plan = self.native.prepare(positions, b, first + n)
@@ -350,11 +348,14 @@ class StaticKVCache(Cache):
             slots = plan.write_slots(layer.layer_idx)
             layer.write(key_states[:, :, offset:offset + n], value_states[:, :, offset:offset + n],
                         slots)
-            if past is not None:  # read back before a later chunk overwrites the ring
+            if past is not None and layer.key_scales is not None:
+                # read back before a later chunk overwrites the ring
                 for mine, stored in zip(own, layer.read_slots(b, slots)):
                     mine.append(stored)
         if past is None:
             return layer.read(b, self._seen)
+        if layer.key_scales is None:  # stored exactly as given
+            own = ([key_states], [value_states])
         return torch.cat([past[0], *own[0]], 2), torch.cat([past[1], *own[1]], 2)
 
     def _long_window_start(self, seen):
