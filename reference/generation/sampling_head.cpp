@@ -152,7 +152,7 @@ SamplingHead::SamplingHead(const SamplingHeadOptions& options) : options_(option
   bias_ids_ = at::zeros({b, o.max_bias}, on.dtype(at::kLong));
   bias_vals_ = at::zeros({b, o.max_bias}, on.dtype(at::kFloat));
   stop_ids_ = at::zeros({b, o.max_stop}, on.dtype(at::kLong));
-  out_ = at::zeros({b, 2 + 2 * o.max_logprobs}, on.dtype(at::kFloat));
+  out_ = at::zeros({b, 3 + 2 * o.max_logprobs}, on.dtype(at::kFloat));
   hashed_ids_ = at::arange(o.vocab_size, on.dtype(at::kLong)).mul_(kGolden).bitwise_and_(kMask);
   host_.assign(static_cast<size_t>(b), Sampling{});
   for (int64_t r = 0; r < b; ++r) set_row(r, Sampling{}, {}, {});
@@ -253,6 +253,15 @@ at::Tensor SamplingHead::column(int64_t c, int64_t b) const {
   return params_.narrow(0, 0, b).select(1, c).unsqueeze(1);
 }
 
+struct SamplingHead::Table {
+  at::Tensor params, keys;  // [n, kParams] and [n, kKeys]
+  at::Tensor column(int64_t c) const { return params.select(1, c).unsqueeze(1); }
+};
+
+SamplingHead::Table SamplingHead::table(int64_t b) const {
+  return {params_.narrow(0, 0, b), keys_.narrow(0, 0, b)};
+}
+
 at::Tensor SamplingHead::penalized(const at::Tensor& logits, const Rows& rows) const {
   const int64_t b = rows.b;
   at::Tensor x = logits;
@@ -273,14 +282,14 @@ at::Tensor SamplingHead::penalized(const at::Tensor& logits, const Rows& rows) c
   return x;
 }
 
-at::Tensor SamplingHead::floor(const at::Tensor& scaled, const at::Tensor& top,
-                               const Rows& rows) const {
+at::Tensor SamplingHead::floor(const at::Tensor& scaled, const at::Tensor& top, const Rows& rows,
+                               const Table& t) const {
   // transformers' TopK, TopP and MinP keep the tokens at or above a value
   // per row; each row's floor is the highest of its filters'. Sorting (for
   // top-k and top-p) covers only the rows that ask.
   const int64_t b = rows.b, last = options_.vocab_size - 1;
   at::Tensor floor;
-  if (rows.min_p) floor = top.add(column(kLogMinP, b));  // p >= min_p * p_max
+  if (rows.min_p) floor = top.add(t.column(kLogMinP));  // p >= min_p * p_max
   if (rows.sorted.empty()) return floor;
   const bool all = static_cast<int64_t>(rows.sorted.size()) == b;
   at::Tensor index;
@@ -289,12 +298,12 @@ at::Tensor SamplingHead::floor(const at::Tensor& scaled, const at::Tensor& top,
   }
   const auto pick_rows = [&](const at::Tensor& t) { return all ? t : t.index_select(0, index); };
   at::Tensor sorted = std::get<0>(pick_rows(scaled).sort(-1, /*descending=*/false));
-  at::Tensor sub = sorted.gather(1, pick_rows(keys_.narrow(0, 0, b).narrow(1, kKthPosition, 1)));
+  at::Tensor sub = sorted.gather(1, pick_rows(t.keys.narrow(1, kKthPosition, 1)));
   if (rows.top_k) sorted.masked_fill_(sorted.lt(sub), kMinusInf);
   if (rows.top_p) {
     // Ascending mass up to and including a token <= 1 - top_p drops it;
     // the dropped tokens are a prefix, the most likely one always stays.
-    at::Tensor drop = sorted.softmax(-1).cumsum(-1).le(pick_rows(column(kOneMinusTopP, b)));
+    at::Tensor drop = sorted.softmax(-1).cumsum(-1).le(pick_rows(t.column(kOneMinusTopP)));
     drop.select(1, last).fill_(false);
     sub = at::maximum(sub, sorted.gather(1, drop.sum(-1, /*keepdim=*/true)));
   }
@@ -367,14 +376,14 @@ void SamplingHead::pick_rows(const at::Tensor& logits, const at::Tensor& take, c
     const at::Tensor key =
         keys.select(1, kDrawIndex).mul(kGolden).add_(keys.select(1, kSeedKey)).bitwise_and_(kMask);
     at::Tensor score = scaled.add(noise(key));
-    const at::Tensor low = floor(scaled, top.div(t), rows);
+    const at::Tensor low = floor(scaled, top.div(t), rows, table(b));
     if (low.defined()) score.masked_fill_(scaled.lt(low), kMinusInf);
     chosen = at::where(keys.narrow(1, kSampled, 1).to(at::kBool), score.argmax(-1, true), chosen);
   }
   chosen = chosen.squeeze(1);
   keys.select(1, kDrawIndex).add_(take);
   if (rows.marks) mark(chosen.unsqueeze(1), take.unsqueeze(1), b);
-  at::Tensor fresh = chosen.to(at::kFloat).unsqueeze(1);
+  at::Tensor fresh = at::stack({chosen.to(at::kFloat), at::zeros_like(chosen, at::kFloat)}, 1);
   if (rows.logprobs >= 0) {
     const at::Tensor lp = logits.log_softmax(-1);
     const auto [best, ids] = lp.topk(rows.logprobs);
@@ -396,31 +405,157 @@ std::vector<Picked> SamplingHead::fetch(int64_t b) const {
   for (int64_t r = 0; r < b; ++r, row += width) {
     Picked& p = picked[static_cast<size_t>(r)];
     p.token = static_cast<int64_t>(row[0]);
+    p.accepted = static_cast<int64_t>(row[1]);
     const int64_t n = host_[static_cast<size_t>(r)].logprobs;
     if (n < 0) continue;
     p.logprob.token = p.token;
-    p.logprob.logprob = row[1];
+    p.logprob.logprob = row[2];
     for (int64_t i = 0; i < n; ++i) {
-      p.logprob.top.emplace_back(static_cast<int64_t>(row[2 + 2 * i]), row[3 + 2 * i]);
+      p.logprob.top.emplace_back(static_cast<int64_t>(row[3 + 2 * i]), row[4 + 2 * i]);
     }
   }
   return picked;
 }
 
-at::Tensor SamplingHead::probabilities(const at::Tensor& logits) const {
-  const int64_t b = logits.size(0);
-  const Rows rows = scan(b, nullptr);
-  const at::Tensor x = penalized(logits, rows);
+at::Tensor SamplingHead::distribution(const at::Tensor& x, const Table& t, const Rows& rows) const {
   const auto [top, best] = x.max(-1, /*keepdim=*/true);
   at::Tensor point = at::zeros_like(x).scatter_(1, best, 1.0f);
   if (!rows.sampled) return point;
-  const at::Tensor t = column(kTemperature, b);
-  at::Tensor scaled = x.div(t);
-  const at::Tensor low = floor(scaled, top.div(t), rows);
+  const at::Tensor temperature = t.column(kTemperature);
+  at::Tensor scaled = x.div(temperature);
+  const at::Tensor low = floor(scaled, top.div(temperature), rows, t);
   if (low.defined()) scaled = scaled.masked_fill(scaled.lt(low), kMinusInf);
   const at::Tensor probs = scaled.softmax(-1);
-  return at::where(keys_.narrow(0, 0, b).select(1, kSampled).to(at::kBool).unsqueeze(1), probs,
-                   point);
+  return at::where(t.keys.select(1, kSampled).to(at::kBool).unsqueeze(1), probs, point);
+}
+
+at::Tensor SamplingHead::probabilities(const at::Tensor& logits) const {
+  const int64_t b = logits.size(0);
+  const Rows rows = scan(b, nullptr);
+  return distribution(penalized(logits, rows), table(b), rows);
+}
+
+namespace {
+
+// Streams of the speculative draws (Note [sampling head]): a draw key is
+// mixed with one of these before use, so the draft model's draws, the
+// acceptance tests and the target's draws at one index are independent.
+constexpr int64_t kDraftStream = 0x6a09e667LL;
+constexpr int64_t kAcceptStream = 0xbb67ae85LL;
+
+/// Uniform numbers in (0, 1) from keys (int64 in [0, 2^32)) on `stream`.
+at::Tensor uniform(const at::Tensor& keys, int64_t stream) {
+  const at::Tensor h = mix(keys.bitwise_xor(stream));
+  return h.bitwise_right_shift(8).to(at::kFloat).add_(0.5).mul_(1.0 / 16777216.0);
+}
+
+}  // namespace
+
+at::Tensor draft_distributions(const std::vector<at::Tensor>& qs, int64_t k) {
+  if (qs.empty()) return at::Tensor();
+  TORCH_CHECK(static_cast<int64_t>(qs.size()) <= k, "qs: expected at most k=", k,
+              " draft passes but got ", qs.size());
+  at::Tensor q = at::stack(qs, 1);
+  if (q.size(1) == k) return q;
+  return at::cat({q, at::zeros({q.size(0), k - q.size(1), q.size(2)}, q.options())}, 1);
+}
+
+std::pair<at::Tensor, at::Tensor> SamplingHead::draft(const at::Tensor& logits, int64_t i) const {
+  check_logits(logits);
+  const int64_t b = logits.size(0);
+  const at::Tensor q = probabilities(logits);
+  const at::Tensor keys = keys_.narrow(0, 0, b);
+  const at::Tensor key = keys.select(1, kDrawIndex)
+                             .add(i)
+                             .mul_(kGolden)
+                             .add_(keys.select(1, kSeedKey))
+                             .bitwise_and_(kMask)
+                             .bitwise_xor_(kDraftStream);
+  return {q.log().add_(noise(mix(key))).argmax(-1), q};
+}
+
+at::Tensor SamplingHead::accepted_drafts(const at::Tensor& p, const at::Tensor& d,
+                                         const at::Tensor& n, const at::Tensor& q,
+                                         const at::Tensor& key) const {
+  // Draft t is accepted when u_t * q_t(x_t) < p_t(x_t); positions past a
+  // row's drafts never are. The accepted ones are the leading run.
+  const int64_t b = p.size(0), k = d.size(1);
+  const at::Tensor pd = p.narrow(1, 0, k).gather(2, d.unsqueeze(2)).squeeze(2);
+  const at::Tensor u = uniform(key.narrow(1, 0, k), kAcceptStream);
+  const at::Tensor test = q.defined() ? u.mul(q.gather(2, d.unsqueeze(2)).squeeze(2)) : u;
+  const at::Tensor valid = at::arange(k, n.options()).unsqueeze(0).lt(n.unsqueeze(1));
+  return test.lt(pd).logical_and_(valid).to(at::kLong).cumprod(1).sum(1).view({b, 1});
+}
+
+void SamplingHead::verify(const at::Tensor& logits, const DraftSet& drafts,
+                          const std::vector<bool>& takes) {
+  const int64_t vocab = options_.vocab_size;
+  TORCH_CHECK(logits.dim() == 3 && logits.size(0) <= options_.max_batch && logits.size(1) >= 2 &&
+                  logits.size(2) == vocab && logits.scalar_type() == at::kFloat,
+              "logits: expected float32 [b <= ", options_.max_batch, ", k + 1 >= 2, ", vocab,
+              "] but got ", logits.scalar_type(), " ", logits.sizes());
+  const int64_t b = logits.size(0), k1 = logits.size(1), k = k1 - 1;
+  TORCH_CHECK(
+      static_cast<int64_t>(takes.size()) == b && static_cast<int64_t>(drafts.ids.size()) == b,
+      "verify: expected ", b, " takes flags and draft lists (one per row of logits) but got ",
+      takes.size(), " and ", drafts.ids.size());
+  TORCH_CHECK(!drafts.q.defined() || drafts.q.sizes() == at::IntArrayRef({b, k, vocab}),
+              "q: expected [", b, ", ", k, ", ", vocab, "] but got ", drafts.q.sizes());
+  Rows rows = scan(b, &takes);
+  if (!rows.any) return;
+  TORCH_CHECK(!rows.marks && !rows.bias && !rows.min_tokens && rows.logprobs < 0,
+              "verify: expected rows without penalties, logit_bias, min_tokens or logprobs "
+              "(they depend on each accepted token) but a taking row has one");
+  std::vector<int64_t> ids(static_cast<size_t>(b * k), 0), counts(b),
+      flags(takes.begin(), takes.end());
+  for (int64_t r = 0; r < b; ++r) {
+    const std::vector<int64_t>& row = drafts.ids[static_cast<size_t>(r)];
+    TORCH_CHECK(static_cast<int64_t>(row.size()) <= k, "drafts[", r, "]: expected at most k=", k,
+                " ids but got ", row.size());
+    for (size_t t = 0; t < row.size(); ++t) {
+      TORCH_CHECK(row[t] >= 0 && row[t] < vocab, "drafts[", r, "]: expected ids in [0, ", vocab,
+                  ") but got ", row[t]);
+      ids[static_cast<size_t>(r * k) + t] = row[t];
+    }
+    counts[static_cast<size_t>(r)] = static_cast<int64_t>(row.size());
+  }
+  const at::Device& device = options_.device;
+  const at::Tensor d = upload(ids, device).view({b, k}), n = upload(counts, device);
+  const at::Tensor take = upload(flags, device);
+  // Each row's distribution at each of its k + 1 positions.
+  Rows every = rows;
+  every.b = b * k1;
+  every.sorted.clear();
+  for (const int64_t r : rows.sorted)
+    for (int64_t t = 0; t < k1; ++t) every.sorted.push_back(r * k1 + t);
+  const Table t{params_.narrow(0, 0, b).repeat_interleave(k1, 0),
+                keys_.narrow(0, 0, b).repeat_interleave(k1, 0)};
+  const at::Tensor p = distribution(logits.reshape({b * k1, vocab}), t, every).view({b, k1, vocab});
+  // Position t's key: (seed, draw index + t), as a plain pick's.
+  const at::Tensor keys = keys_.narrow(0, 0, b);
+  const at::Tensor key = keys.select(1, kDrawIndex)
+                             .unsqueeze(1)
+                             .add(at::arange(k1, keys.options()))
+                             .mul_(kGolden)
+                             .add_(keys.select(1, kSeedKey).unsqueeze(1))
+                             .bitwise_and_(kMask);
+  const at::Tensor a = accepted_drafts(p, d, n, drafts.q, key);  // [b, 1]
+  // The token at position a: from norm(max(0, p_a - q_a)) after a
+  // rejection (q_a: the draft's distribution, or a point mass at it), from
+  // p_a when every draft was accepted.
+  const at::Tensor p_a = p.gather(1, a.unsqueeze(2).expand({b, 1, vocab})).squeeze(1);
+  const at::Tensor at_draft = a.clamp_max(k - 1);
+  at::Tensor q_a = drafts.q.defined()
+                       ? drafts.q.gather(1, at_draft.unsqueeze(2).expand({b, 1, vocab})).squeeze(1)
+                       : at::zeros_like(p_a).scatter_(1, d.gather(1, at_draft), 1.0f);
+  q_a = q_a.mul(a.lt(n.unsqueeze(1)));
+  at::Tensor residual = p_a.sub(q_a).clamp_min_(0.0f);
+  residual = at::where(residual.sum(-1, /*keepdim=*/true).gt(0), residual, p_a);
+  const at::Tensor token = residual.log().add_(noise(key.gather(1, a).squeeze(1))).argmax(-1);
+  keys.select(1, kDrawIndex).add_(a.squeeze(1).add(1).mul_(take));
+  const at::Tensor fresh = at::stack({token.to(at::kFloat), a.squeeze(1).to(at::kFloat)}, 1);
+  const at::Tensor out = out_.narrow(0, 0, b).narrow(1, 0, 2);
+  out.copy_(at::where(take.unsqueeze(1).to(at::kBool), fresh, out));
 }
 
 std::vector<TokenLogprob> SamplingHead::prompt_logprobs(const at::Tensor& logits,

@@ -11,14 +11,6 @@ namespace statickv::reference::detail {
 
 namespace {
 
-/// Each row's drafts this step and, for a sampling draft model, their
-/// distributions q [drafts, vocab] (undefined: point masses).
-struct Drafts {
-  std::vector<std::vector<int64_t>> ids;
-  std::vector<at::Tensor> q;
-  explicit Drafts(size_t b) : ids(b), q(b) {}
-};
-
 /// Host bookkeeping of one speculative run: positions each cache holds per
 /// row (one past the newest), so rollback gets exact lengths.
 struct Lengths {
@@ -43,9 +35,9 @@ std::vector<int64_t> row_ids(const std::vector<int64_t>& prompt, const std::vect
   return all;
 }
 
-Drafts lookup_drafts(const Call& call, const Rows& rows,
-                     const std::vector<std::vector<int64_t>>& prompts, const Speculator& spec) {
-  Drafts d(rows.done.size());
+DraftSet lookup_drafts(const Call& call, const Rows& rows,
+                       const std::vector<std::vector<int64_t>>& prompts, const Speculator& spec) {
+  DraftSet d{std::vector<std::vector<int64_t>>(rows.done.size()), at::Tensor()};
   for (size_t r = 0; r < d.ids.size(); ++r) {
     const int64_t n = allowance(call, rows, r, spec.k);
     if (n > 0) d.ids[r] = prompt_lookup_draft(row_ids(prompts[r], rows.tokens[r]), n, spec.ngram);
@@ -73,41 +65,33 @@ at::Tensor draft_pass(const Speculator& spec, const std::vector<std::vector<int6
 /// Draft-model drafting: up to k autoregressive draft passes; the first
 /// feeds each row's ids the draft cache lacks (its newest token, and the
 /// last draft when all were accepted), the later ones the previous draft.
-Drafts model_drafts(Call& call, const Rows& rows, const std::vector<std::vector<int64_t>>& prompts,
-                    const Speculator& spec, Lengths& lengths) {
+/// The head draws each draft from the row's distribution (SamplingHead::draft).
+DraftSet model_drafts(Call& call, const Rows& rows,
+                      const std::vector<std::vector<int64_t>>& prompts, const Speculator& spec,
+                      Lengths& lengths) {
   const size_t b = rows.done.size();
-  Drafts d(b);
-  std::vector<std::vector<int64_t>> seqs(b), qs(b);
+  DraftSet d{std::vector<std::vector<int64_t>>(b), at::Tensor()};
+  std::vector<std::vector<int64_t>> seqs(b);
   std::vector<int64_t> want(b);
-  std::vector<std::vector<at::Tensor>> probs(b);
+  std::vector<at::Tensor> qs;
   for (size_t r = 0; r < b; ++r) {
     want[r] = allowance(call, rows, r, spec.k);
     seqs[r] = row_ids(prompts[r], rows.tokens[r]);
   }
-  const bool greedy = call.options.temperature <= 0.0;
   for (int64_t i = 0; i < *std::max_element(want.begin(), want.end()); ++i) {
     std::vector<int64_t> upto(b, -1);
     for (size_t r = 0; r < b; ++r)
       upto[r] = want[r] > i ? static_cast<int64_t>(seqs[r].size()) - 1 : -1;
-    const at::Tensor logits = draft_pass(spec, seqs, upto, lengths);
-    at::Tensor p, next;
-    if (greedy) {
-      next = logits.argmax(-1).cpu();
-    } else {
-      p = host_sampling_probs(logits, call.options.temperature, call.options.top_k,
-                              call.options.top_p);
-      next = at::multinomial(p, 1, false, call.generator).view(-1);
-    }
+    auto [ids, q] = call.head->draft(draft_pass(spec, seqs, upto, lengths).to(at::kFloat), i);
+    const at::Tensor next = ids.cpu();
+    qs.push_back(q);
     for (size_t r = 0; r < b; ++r) {
       if (want[r] <= i) continue;
       d.ids[r].push_back(next[static_cast<int64_t>(r)].item<int64_t>());
       seqs[r].push_back(d.ids[r].back());
-      if (!greedy) probs[r].push_back(p[static_cast<int64_t>(r)]);
     }
   }
-  for (size_t r = 0; r < b; ++r) {
-    if (!probs[r].empty()) d.q[r] = at::stack(probs[r]);
-  }
+  d.q = draft_distributions(qs, spec.k);
   return d;
 }
 
@@ -115,7 +99,7 @@ Drafts model_drafts(Call& call, const Rows& rows, const std::vector<std::vector<
 /// consecutive positions, padded with -1 to k + 1 tokens. Returns every
 /// token's logits [b, k + 1, vocab].
 at::Tensor verify(const Call& call, const Rows& rows, const std::vector<int64_t>& lens,
-                  const Drafts& d, int64_t k) {
+                  const DraftSet& d, int64_t k) {
   const auto b = static_cast<int64_t>(rows.done.size());
   StepPacker pack(b, k + 1);
   for (int64_t r = 0; r < b; ++r) {
@@ -129,44 +113,30 @@ at::Tensor verify(const Call& call, const Rows& rows, const std::vector<int64_t>
   return call.forward(Pass::kVerify, pack.take(), Logits::kAll);
 }
 
-/// Row r's verdict from its logits [k + 1, vocab] (host when sampling or
-/// recording) or its greedy ids.
-Verdict judge(Call& call, const at::Tensor& logits, const std::vector<int64_t>& greedy_ids,
-              const std::vector<int64_t>& drafts, const at::Tensor& q) {
-  const auto n = static_cast<int64_t>(drafts.size());
-  if (call.options.temperature <= 0.0) {
-    return verify_greedy(drafts,
-                         std::vector<int64_t>(greedy_ids.begin(), greedy_ids.begin() + n + 1));
-  }
-  const at::Tensor p = host_sampling_probs(logits.narrow(0, 0, n + 1), call.options.temperature,
-                                           call.options.top_k, call.options.top_p);
-  return verify_sampled(drafts, p, q, call.generator);
-}
-
-/// Emits every row's verdict (until the row is done), counts drafts and
-/// acceptances and records how many positions each cache keeps. Returns
-/// true when some cache holds rejected drafts to roll back.
-bool emit_verdicts(Call& call, Rows& rows, const std::vector<int64_t>& lens, const Drafts& d,
+/// Emits every row's verdict (the head's, from the acceptance rule on the
+/// device; until the row is done), counts drafts and acceptances and
+/// records how many positions each cache keeps. Returns true when some
+/// cache holds rejected drafts to roll back.
+bool emit_verdicts(Call& call, Rows& rows, const std::vector<int64_t>& lens, const DraftSet& d,
                    const at::Tensor& logits, Lengths& lengths, SpeculationStats& stats) {
-  const bool host_logits = call.options.temperature > 0.0 || call.options.record_logits;
-  const at::Tensor all = host_logits ? logits.cpu() : at::Tensor();
-  const at::Tensor argmax = logits.argmax(-1).cpu().contiguous();  // [b, k + 1]
+  call.head->verify(logits.to(at::kFloat), d, rows.live());
+  const std::vector<Picked> verdicts = call.head->fetch(static_cast<int64_t>(rows.done.size()));
+  const at::Tensor all = call.options.record_logits ? logits.cpu() : at::Tensor();
   bool rejected = false;
   for (size_t r = 0; r < rows.done.size(); ++r) {
     if (rows.done[r]) continue;
-    const auto i = static_cast<int64_t>(r);
-    const int64_t* ids = argmax.data_ptr<int64_t>() + i * argmax.size(1);
-    const at::Tensor row = host_logits ? all[i] : at::Tensor();
-    const Verdict v =
-        judge(call, row, std::vector<int64_t>(ids, ids + argmax.size(1)), d.ids[r], d.q[r]);
+    const Picked& v = verdicts[r];
     const int64_t kept = newest(rows, lens, r) + v.accepted + 1;
     rejected = rejected || v.accepted < static_cast<int64_t>(d.ids[r].size());
     lengths.target[r] = kept;
     lengths.draft[r] = std::min(lengths.draft[r], kept);
     stats.drafted += static_cast<int64_t>(d.ids[r].size());
     stats.accepted += v.accepted;
-    for (size_t t = 0; t < v.tokens.size() && !rows.done[r]; ++t) {
-      call.emit(rows, r, v.tokens[t], row.defined() ? row[static_cast<int64_t>(t)] : row);
+    std::vector<int64_t> tokens(d.ids[r].begin(), d.ids[r].begin() + v.accepted);
+    tokens.push_back(v.token);
+    const at::Tensor row = all.defined() ? all[static_cast<int64_t>(r)] : at::Tensor();
+    for (size_t t = 0; t < tokens.size() && !rows.done[r]; ++t) {
+      call.emit(rows, r, tokens[t], row.defined() ? row[static_cast<int64_t>(t)] : row);
     }
   }
   return rejected;
@@ -181,8 +151,8 @@ SpeculationStats speculate_n_tokens(Call& call, Rows& rows,
   Lengths lengths{lens, lens};
   const int64_t planned = call.new_tokens - 1;
   while (!rows.all_done()) {
-    const Drafts d = spec.draft_model ? model_drafts(call, rows, prompts, spec, lengths)
-                                      : lookup_drafts(call, rows, prompts, spec);
+    const DraftSet d = spec.draft_model ? model_drafts(call, rows, prompts, spec, lengths)
+                                        : lookup_drafts(call, rows, prompts, spec);
     const at::Tensor logits = verify(call, rows, lens, d, spec.k);
     const std::vector<int64_t> drafted = lengths.draft;
     const bool rejected = emit_verdicts(call, rows, lens, d, logits, lengths, stats);

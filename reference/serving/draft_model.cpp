@@ -3,7 +3,6 @@
 // mirror the target cache's rows (RowTable applies every row operation to
 // both).
 
-#include <statickv/reference/sampling.hpp>
 #include "state.hpp"
 
 #include <algorithm>
@@ -48,11 +47,11 @@ at::Tensor draft_pass(RowTable& table, Engine& engine,
 
 }  // namespace
 
-Drafts model_drafts(RowTable& table, Engine& engine, int64_t k) {
+DraftSet model_drafts(RowTable& table, Engine& engine, SamplingHead& head, int64_t k) {
   const size_t b = table.live();
-  Drafts d{std::vector<std::vector<int64_t>>(b), std::vector<at::Tensor>(b)};
+  DraftSet d{std::vector<std::vector<int64_t>>(b), at::Tensor()};
   std::vector<std::vector<int64_t>> seqs(b);
-  std::vector<std::vector<at::Tensor>> probs(b);
+  std::vector<at::Tensor> qs;
   std::vector<int64_t> want(b, 0);
   for (size_t r = table.prefilling(); r < b; ++r) {
     want[r] = allowance(table.rows()[r], k);
@@ -61,27 +60,19 @@ Drafts model_drafts(RowTable& table, Engine& engine, int64_t k) {
   for (int64_t i = 0; i < *std::max_element(want.begin(), want.end()); ++i) {
     std::vector<bool> fed(b);
     for (size_t r = 0; r < b; ++r) fed[r] = want[r] > i;
-    const at::Tensor logits = draft_pass(table, engine, seqs, fed);
-    const at::Tensor greedy = logits.argmax(-1).cpu();
+    // Draft i of each row: the head's draw from the row's own distribution
+    // (its argmax when greedy), keyed by the row's seed and draw index.
+    auto [ids, q] = head.draft(draft_pass(table, engine, seqs, fed).to(at::kFloat), i);
+    const at::Tensor host = ids.cpu();
+    qs.push_back(q);
     for (size_t r = 0; r < b; ++r) {
       if (!fed[r]) continue;
-      Active& row = table.rows()[r];
-      const Sampling& s = row.request.sampling;
-      int64_t next = greedy[static_cast<int64_t>(r)].item<int64_t>();
-      if (s.temperature > 0.0) {
-        // The row's own generator: its draws depend on no other row.
-        const at::Tensor p = host_sampling_probs(logits[static_cast<int64_t>(r)].view({1, -1}),
-                                                 s.temperature, s.top_k, s.top_p);
-        next = at::multinomial(p, 1, false, row.generator).item<int64_t>();
-        probs[r].push_back(p[0]);
-      }
+      const int64_t next = host[static_cast<int64_t>(r)].item<int64_t>();
       d.ids[r].push_back(next);
       seqs[r].push_back(next);
     }
   }
-  for (size_t r = 0; r < b; ++r) {
-    if (!probs[r].empty()) d.q[r] = at::stack(probs[r]);
-  }
+  d.q = draft_distributions(qs, k);
   return d;
 }
 

@@ -50,17 +50,17 @@ void check_ids(const char* field, const std::vector<int64_t>& ids, int64_t vocab
 
 }  // namespace
 
-/// What the head alone does (penalties, bias, min_tokens, min_p,
-/// log-probabilities) is refused under speculation, whose verification
-/// judges drafts on the host.
+/// What depends on each accepted token (penalties, bias, min_tokens,
+/// log-probabilities) is refused under speculation: the head verifies a
+/// row's drafts with its settings at the step's start.
 void check_speculation(const Request& r, int64_t speculate) {
   if (speculate == 0) return;
   const Sampling& s = r.sampling;
   const auto refuse = [&](bool used, const char* field) {
     TORCH_CHECK(!used, field, ": expected its default with speculate=", speculate,
-                " (speculative verification samples on the host) but got another value");
+                " (speculative verification applies a row's settings as the step starts) but got "
+                "another value");
   };
-  refuse(s.min_p != 0.0, "min_p");
   refuse(s.repetition_penalty != 1.0, "repetition_penalty");
   refuse(s.presence_penalty != 0.0, "presence_penalty");
   refuse(s.frequency_penalty != 0.0, "frequency_penalty");
@@ -96,7 +96,6 @@ Active checked_request(Request request, const ModelConfig& model, int64_t max_le
               "stop: expected at most ", head.max_stop, " ids with min_tokens > 0 but got ",
               active.stop.size());
   active.arrival = request.arrival.value_or(ServeClock::now());
-  if (s.temperature > 0.0) active.generator = at::make_generator<at::CPUGeneratorImpl>(s.seed);
   active.request = std::move(request);
   return active;
 }

@@ -217,24 +217,22 @@ void record_prompt_logprobs(RowTable& table, const std::vector<int64_t>& fed,
 /// The decode rows' call: q = 1, or under speculation each row's newest
 /// token and its drafts (q = speculate + 1).
 struct DecodeCall {
-  at::Tensor logits;                         // [b, vocab], or [b, k + 1, vocab]
-  at::Tensor greedy;                         // speculation: argmax ids (host) [b, k + 1]
-  std::vector<std::vector<int64_t>> drafts;  // per row, speculation only
-  std::vector<at::Tensor> q;                 // per row, a sampled row's draft-model q
+  at::Tensor logits;  // [b, vocab], or [b, k + 1, vocab]
+  DraftSet drafts;    // speculation only
 };
 
-/// Emits a speculating row's verdict until the row is done; returns the
-/// positions its cache row keeps (its newest token and accepted drafts).
-int64_t accept_verdict(Active& row, const DecodeCall& call, int64_t i, ServeClock::time_point now,
-                       SpeculationStats& stats) {
-  const std::vector<int64_t>& drafts = call.drafts[static_cast<size_t>(i)];
+/// Emits a speculating row's verdict (the head's: its accepted drafts, then
+/// its token) until the row is done; returns the positions its cache row
+/// keeps (its newest token and accepted drafts).
+int64_t accept_verdict(Active& row, const std::vector<int64_t>& drafts, const Picked& verdict,
+                       ServeClock::time_point now, SpeculationStats& stats) {
   const int64_t kept = row.prompt_len() + static_cast<int64_t>(row.tokens.size()) - 1;
-  const at::Tensor q = call.q.empty() ? at::Tensor() : call.q[static_cast<size_t>(i)];
-  const Verdict v = serving_detail::judge(row, call.logits[i], call.greedy[i], drafts, q);
   stats.drafted += static_cast<int64_t>(drafts.size());
-  stats.accepted += v.accepted;
-  for (size_t t = 0; t < v.tokens.size() && !row.done; ++t) emit(row, v.tokens[t], now);
-  return kept + v.accepted + 1;
+  stats.accepted += verdict.accepted;
+  for (int64_t t = 0; t < verdict.accepted && !row.done; ++t)
+    emit(row, drafts[static_cast<size_t>(t)], now);
+  if (!row.done) emit(row, verdict.token, now);
+  return kept + verdict.accepted + 1;
 }
 
 }  // namespace
@@ -275,19 +273,21 @@ struct SchedulerSteps {
       out.logits = run_and_pick(s, Pass::kDecode, pack_decode(table), takes);
     } else {
       if (s.options.draft_model) {
-        serving_detail::Drafts d = serving_detail::model_drafts(table, *s.engine, k);
-        out.drafts = std::move(d.ids);
-        out.q = std::move(d.q);
+        out.drafts = serving_detail::model_drafts(table, *s.engine, *s.head, k);
       } else {
-        out.drafts.resize(table.live());
+        out.drafts.ids.resize(table.live());
         for (size_t r = table.prefilling(); r < table.live(); ++r) {
-          out.drafts[r] = serving_detail::lookup_drafts(table.rows()[r], k, s.options.lookup_ngram);
+          out.drafts.ids[r] =
+              serving_detail::lookup_drafts(table.rows()[r], k, s.options.lookup_ngram);
         }
       }
-      out.logits =
-          run(s, Pass::kVerify, serving_detail::pack_verify(table, out.drafts, k), Logits::kAll);
+      out.logits = run(s, Pass::kVerify, serving_detail::pack_verify(table, out.drafts.ids, k),
+                       Logits::kAll);
       ++s.stats.speculation.verify_steps;
-      out.greedy = out.logits.argmax(-1).cpu();
+      // The acceptance rule on the device; fetch() reads its verdicts.
+      std::vector<bool> takes(table.live(), false);
+      std::fill(takes.begin() + static_cast<int64_t>(table.prefilling()), takes.end(), true);
+      s.head->verify(out.logits.to(at::kFloat), out.drafts, takes);
     }
     return out;
   }
@@ -493,7 +493,6 @@ void Scheduler::step() {
   const int64_t rejected = spec.drafted - spec.accepted;
   for (size_t r = 0; r < table.live(); ++r) {
     Active& row = table.rows()[r];
-    const auto i = static_cast<int64_t>(r);
     if (r < prefilling) {
       row.prompt_done += fed[r];
       row.draft_len = row.prompt_done;  // the draft model was fed the same chunk
@@ -502,7 +501,7 @@ void Scheduler::step() {
       SchedulerSteps::save_prefix(s, r);  // the whole prompt, before its first token
       accept(row, picked[r], now);
     } else if (s.options.speculate > 0) {
-      kept[r] = accept_verdict(row, decode, i, now, s.stats.speculation);
+      kept[r] = accept_verdict(row, decode.drafts.ids[r], picked[r], now, s.stats.speculation);
     } else {
       accept(row, picked[r], now);
     }

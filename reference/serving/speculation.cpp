@@ -2,7 +2,6 @@
 // prompt-lookup drafts, the verification call's inputs, verdicts (draft
 // models: draft_model.cpp).
 
-#include <statickv/reference/sampling.hpp>
 #include "state.hpp"
 
 #include <algorithm>
@@ -40,20 +39,6 @@ StepInputs pack_verify(const RowTable& table, const std::vector<std::vector<int6
     }
   }
   return pack.take();
-}
-
-Verdict judge(Active& row, const at::Tensor& logits, const at::Tensor& greedy,
-              const std::vector<int64_t>& drafts, const at::Tensor& q) {
-  const auto n = static_cast<int64_t>(drafts.size());
-  const Sampling& s = row.request.sampling;
-  if (s.temperature <= 0.0) {
-    const at::Tensor ids = greedy.narrow(0, 0, n + 1).contiguous();
-    return verify_greedy(
-        drafts, std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + n + 1));
-  }
-  const at::Tensor p =
-      host_sampling_probs(logits.narrow(0, 0, n + 1), s.temperature, s.top_k, s.top_p);
-  return verify_sampled(drafts, p, q, row.generator);
 }
 
 }  // namespace statickv::reference::serving_detail

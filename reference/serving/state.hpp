@@ -25,7 +25,6 @@ struct Active {
   int64_t draft_len = 0;      // draft-model drafting: positions in the draft cache
   std::vector<int64_t> tokens;
   std::vector<TokenLogprob> logprobs, prompt_logprobs;
-  at::Generator generator;  // a sampled row's verification draws under speculation
   ServeClock::time_point arrival, admitted, first_token;
   std::optional<Finish> done;  // set by the step that finished it
 
@@ -85,32 +84,19 @@ Active checked_request(Request request, const ModelConfig& model, int64_t max_le
 /// at most k and within its token limit.
 std::vector<int64_t> lookup_drafts(const Active& row, int64_t k, int64_t ngram);
 
-/// A step's drafts per row [0, live) and, for a sampled row drafted by a
-/// model, their distributions q [drafts, vocab] (undefined: point masses).
-struct Drafts {
-  std::vector<std::vector<int64_t>> ids;
-  std::vector<at::Tensor> q;
-};
-
 /// Draft-model drafting (draft_model.cpp): up to k eager calls of the draft
 /// model on its cache over rows [0, live); the first feeds each decoding
 /// row what its draft cache lacks (its newest token, and the last draft
-/// when all were accepted), the later ones the previous draft. Advances
-/// each row's draft_len.
-Drafts model_drafts(RowTable& table, Engine& engine, int64_t k);
+/// when all were accepted), the later ones the previous draft. The head
+/// draws each draft (SamplingHead::draft) and keeps its distribution q.
+/// Advances each row's draft_len.
+DraftSet model_drafts(RowTable& table, Engine& engine, SamplingHead& head, int64_t k);
 
 /// The verification call: rows [0, live), each decoding row's newest token
 /// and drafts at consecutive positions, q = k + 1; the prefill region and
 /// the tokens past a row's drafts are padding.
 StepInputs pack_verify(const RowTable& table, const std::vector<std::vector<int64_t>>& drafts,
                        int64_t k);
-
-/// A decoding row's verdict from its verification logits [k + 1, vocab]
-/// and greedy ids [k + 1] (host): greedy, or the acceptance rule with the
-/// row's sampling and generator; q: the drafts' distributions (undefined:
-/// point masses, as prompt-lookup drafts are).
-Verdict judge(Active& row, const at::Tensor& logits, const at::Tensor& greedy,
-              const std::vector<int64_t>& drafts, const at::Tensor& q = at::Tensor());
 
 /// The completion of `row` finished for `finish` at `now`.
 Completion complete(Active& row, Finish finish, ServeClock::time_point now);

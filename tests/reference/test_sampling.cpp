@@ -16,6 +16,8 @@
 #include <c10/core/InferenceMode.h>
 
 #include <cmath>
+#include <map>
+#include <set>
 
 using namespace statickv;
 using namespace statickv::reference;
@@ -436,8 +438,96 @@ TEST_CASE("what only the head does is refused under speculation, naming both",
   require_error([&] { engine.submit(r); }, {"prompt_logprobs", "speculate=2"});
   r.prompt_logprobs = -1;
   engine.submit(r);  // greedy speculation is served
+  r.id = "b";
+  r.sampling.temperature = 0.8;
+  r.sampling.min_p = 0.1;  // the head's distribution filters before the acceptance rule
+  engine.submit(r);
   engine.run_until_idle();
-  CHECK(engine.take_finished().size() == 1);
+  CHECK(engine.take_finished().size() == 2);
+}
+
+namespace {
+
+/// Sampled requests (top-k, top-p, min-p, each with its own seed) whose
+/// prompts repeat a phrase, so prompt lookup drafts; 12 new tokens each.
+std::vector<Request> sampled_speculation_requests() {
+  std::vector<Request> requests(4);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Request& r = requests[i];
+    r.id = "s" + std::to_string(i);
+    const auto base = static_cast<int64_t>(3 + 7 * i);
+    r.prompt = {base, base + 1, base + 2, base + 3, base, base + 1, base + 2};
+    r.max_new_tokens = 12;
+    r.sampling.temperature = 0.6 + 0.2 * static_cast<double>(i);
+    r.sampling.seed = 100 + i;
+    r.sampling.top_k = i == 1 ? 5 : 0;
+    r.sampling.top_p = i == 2 ? 0.9 : 1.0;
+    r.sampling.min_p = i == 3 ? 0.05 : 0.0;
+  }
+  return requests;
+}
+
+std::map<std::string, std::vector<int64_t>> serve_all(const LlamaModel& model,
+                                                      const SchedulerOptions& o,
+                                                      const std::vector<Request>& requests) {
+  Scheduler engine(model, o);
+  for (const Request& r : requests) engine.submit(r);
+  engine.run_until_idle();
+  std::map<std::string, std::vector<int64_t>> out;
+  for (const Completion& c : engine.take_finished()) out[c.id] = c.tokens;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("sampled speculation draws on the device: a request served in a batch draws as alone",
+          "[sampling][serving][speculative]") {
+  const LlamaModel model = tiny();
+  const LlamaModel draft = tiny(9);
+  for (const bool with_draft : {false, true}) {
+    INFO((with_draft ? "a draft model" : "prompt lookup"));
+    SchedulerOptions o = static_rows(4);
+    o.speculate = 3;
+    o.prefix_cache_bytes = 0;
+    if (with_draft) o.draft_model = &draft;
+    const std::vector<Request> requests = sampled_speculation_requests();
+    const auto together = serve_all(model, o, requests);
+    std::set<std::vector<int64_t>> distinct;
+    for (const Request& r : requests) {
+      const auto alone = serve_all(model, o, {r});
+      CHECK(together.at(r.id) == alone.at(r.id));
+      CHECK(together.at(r.id).size() == 12u);
+      distinct.insert(together.at(r.id));
+    }
+    CHECK(distinct.size() == requests.size());
+    // Another seed draws other tokens.
+    std::vector<Request> reseeded = requests;
+    reseeded[0].sampling.seed = 7;
+    CHECK(serve_all(model, o, {reseeded[0]}).at("s0") != together.at("s0"));
+  }
+}
+
+TEST_CASE("a speculative step copies to the host once: drafts verified on the device",
+          "[sampling][serving][speculative]") {
+  const LlamaModel model = tiny();
+  for (const bool sampled : {false, true}) {
+    INFO((sampled ? "sampled" : "greedy"));
+    SchedulerOptions o = static_rows(4);
+    o.speculate = 3;
+    o.prefix_cache_bytes = 0;
+    Scheduler engine(model, o);
+    for (Request r : sampled_speculation_requests()) {
+      if (!sampled) r.sampling = Sampling{};
+      engine.submit(r);
+    }
+    engine.step();  // every prompt in one step
+    OpCounter counter;
+    engine.step();  // drafts (prompt lookup, on the host), one verification call
+    CHECK(counter.syncs() == 0);
+    for (const auto& [name, n] : counter.counts().copies) UNSCOPED_INFO(name << " x" << n);
+    CHECK(counter.host_copies() == 1);
+    CHECK(engine.stats().speculation.verify_steps == 1);
+  }
 }
 
 TEST_CASE("the head picks inside the runners' steps what it picks after the passes",

@@ -10,6 +10,7 @@
 
 #include <statickv/reference/checkpoint.hpp>
 #include <statickv/reference/generator.hpp>
+#include <statickv/reference/sampling.hpp>
 #include <statickv/reference/speculative.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -153,6 +154,162 @@ TEST_CASE("the acceptance rule rejects malformed distributions by name", "[specu
   require_error([&] { verify_sampled({1}, p, at::Tensor(), g); }, {"p: expected [2, vocab]"});
   require_error([&] { verify_sampled({1, 2}, p, distribution(2, 1), g); }, {"q: expected"});
   require_error([&] { verify_sampled({1, 9}, p, at::Tensor(), g); }, {"drafts", "[0, 8)"});
+}
+
+namespace {
+
+constexpr int64_t kHeadRows = 250;  // rows per verify call: kDraws / 80
+
+/// A head over kVocab ids whose kHeadRows rows sample at temperature 1,
+/// each from its own seed.
+SamplingHead sampling_rows(uint64_t seed) {
+  SamplingHead head({kHeadRows, kVocab, at::kCPU});
+  Sampling s;
+  s.temperature = 1.0;
+  for (int64_t r = 0; r < kHeadRows; ++r) {
+    s.seed = seed * 100000 + static_cast<uint64_t>(r);
+    head.set_row(r, s, {}, {});
+  }
+  return head;
+}
+
+/// emitted_counts through SamplingHead::verify: every row of every call
+/// verifies drafts drawn from q (or the fixed `point` drafts) against the
+/// target logits log(p).
+std::vector<std::vector<int64_t>> head_counts(const at::Tensor& p, const at::Tensor& q,
+                                              const std::vector<int64_t>& point, uint64_t seed) {
+  const int64_t k = p.size(0) - 1;
+  SamplingHead head = sampling_rows(seed);
+  std::mt19937_64 draft_rng(seed);
+  std::vector<std::discrete_distribution<int64_t>> draft_dist;
+  for (int64_t i = 0; q.defined() && i < k; ++i) {
+    const at::Tensor row = q[i].contiguous();
+    draft_dist.emplace_back(row.data_ptr<double>(), row.data_ptr<double>() + kVocab);
+  }
+  const at::Tensor logits = p.log().to(at::kFloat).unsqueeze(0).expand({kHeadRows, k + 1, kVocab});
+  DraftSet set{std::vector<std::vector<int64_t>>(kHeadRows, point), at::Tensor()};
+  if (q.defined()) set.q = q.to(at::kFloat).unsqueeze(0).expand({kHeadRows, k, kVocab});
+  std::vector<std::vector<int64_t>> counts(k + 1, std::vector<int64_t>(kVocab, 0));
+  for (int64_t call = 0; call < kDraws / kHeadRows; ++call) {
+    for (auto& drafts : set.ids) {
+      for (size_t i = 0; i < draft_dist.size(); ++i) drafts[i] = draft_dist[i](draft_rng);
+    }
+    head.verify(logits.contiguous(), set, std::vector<bool>(kHeadRows, true));
+    const std::vector<Picked> verdicts = head.fetch(kHeadRows);
+    for (size_t r = 0; r < verdicts.size(); ++r) {
+      const Picked& v = verdicts[r];
+      REQUIRE((v.accepted >= 0 && v.accepted <= k));
+      for (int64_t j = 0; j < v.accepted; ++j) ++counts[j][set.ids[r][static_cast<size_t>(j)]];
+      ++counts[v.accepted][v.token];
+    }
+  }
+  return counts;
+}
+
+}  // namespace
+
+TEST_CASE("the head's acceptance rule on the device emits tokens distributed as the target's",
+          "[speculative][verify][statistics][head]") {
+  const int64_t k = 3;
+  const at::Tensor p = distribution(11, k + 1);
+  SECTION("drafts sampled from a different draft distribution q") {
+    const at::Tensor q = distribution(12, k);
+    require_target_distribution(head_counts(p, q, std::vector<int64_t>(k), 1), p);
+  }
+  SECTION("prompt-lookup drafts: a point mass at fixed ids") {
+    require_target_distribution(head_counts(p, at::Tensor(), {2, 5, 5}, 2), p);
+  }
+  SECTION("fewer drafts than k: the token after them comes from p") {
+    require_target_distribution(head_counts(p, at::Tensor(), {2}, 4), p);
+  }
+  SECTION("q equal to p: every draft accepted, the bonus token drawn from p_k") {
+    const std::vector<std::vector<int64_t>> counts =
+        head_counts(p, p.narrow(0, 0, k), std::vector<int64_t>(k), 3);
+    int64_t bonus = 0;
+    for (const int64_t c : counts[k]) bonus += c;
+    CHECK(bonus > kDraws * 99 / 100);
+    require_target_distribution(counts, p);
+  }
+}
+
+TEST_CASE("the head verifies a greedy row as verify_greedy does, and a row alone as in a batch",
+          "[speculative][verify][head]") {
+  const int64_t k = 4, vocab = 16, b = 6;
+  SamplingHead head({b, vocab, at::kCPU});
+  Sampling sampled;
+  sampled.temperature = 0.9;
+  sampled.top_k = 6;
+  sampled.min_p = 0.05;
+  for (int64_t r = 0; r < b; ++r) {
+    sampled.seed = 70 + static_cast<uint64_t>(r);
+    head.set_row(r, r % 2 == 0 ? Sampling{} : sampled, {}, {});  // even rows greedy
+  }
+  at::Generator g = at::make_generator<at::CPUGeneratorImpl>(5);
+  const at::Tensor logits = at::randn({b, k + 1, vocab}, g).mul_(3.0);
+  const at::Tensor argmax = logits.argmax(-1).contiguous();
+  DraftSet set{std::vector<std::vector<int64_t>>(b), at::Tensor()};
+  for (int64_t r = 0; r < b; ++r) {
+    const int64_t* ids = argmax.data_ptr<int64_t>() + r * (k + 1);
+    // Row r's drafts agree with the target's argmax on their first r % 4 ids.
+    for (int64_t t = 0; t < k; ++t) set.ids[r].push_back(t < r % 4 ? ids[t] : (ids[t] + 1) % vocab);
+  }
+  head.verify(logits, set, std::vector<bool>(b, true));
+  const std::vector<Picked> batch = head.fetch(b);
+  for (int64_t r = 0; r < b; r += 2) {
+    const int64_t* ids = argmax.data_ptr<int64_t>() + r * (k + 1);
+    const Verdict want = verify_greedy(set.ids[r], std::vector<int64_t>(ids, ids + k + 1));
+    CHECK(batch[r].accepted == want.accepted);
+    CHECK(batch[r].token == want.tokens.back());
+  }
+  for (int64_t r = 1; r < b; r += 2) {
+    SamplingHead alone({1, vocab, at::kCPU});
+    sampled.seed = 70 + static_cast<uint64_t>(r);
+    alone.set_row(0, sampled, {}, {});
+    alone.verify(logits.narrow(0, r, 1), DraftSet{{set.ids[r]}, at::Tensor()}, {true});
+    const Picked one = alone.fetch(1)[0];
+    CHECK(one.accepted == batch[r].accepted);
+    CHECK(one.token == batch[r].token);
+  }
+}
+
+TEST_CASE("the head refuses malformed verification inputs by name, before any state changes",
+          "[speculative][verify][head][errors]") {
+  SamplingHead head({2, 8, at::kCPU});
+  const at::Tensor logits = at::zeros({2, 3, 8});
+  const std::vector<bool> both(2, true);
+  const std::vector<std::vector<int64_t>> ok{{1, 2}, {3}};
+  require_error(
+      [&] {
+        head.verify(at::zeros({2, 8}), DraftSet{ok, {}}, both);
+      },
+      {"logits: expected float32 [b <= 2, k + 1 >= 2, 8]"});
+  require_error(
+      [&] {
+        head.verify(logits, DraftSet{{{1, 2, 3}, {}}, {}}, both);
+      },
+      {"drafts[0]: expected at most k=2"});
+  require_error(
+      [&] {
+        head.verify(logits, DraftSet{{{1, 9}, {}}, {}}, both);
+      },
+      {"drafts[0]: expected ids in [0, 8)", "9"});
+  require_error(
+      [&] {
+        head.verify(logits, DraftSet{ok, at::zeros({2, 1, 8})}, both);
+      },
+      {"q: expected [2, 2, 8]"});
+  require_error([&] { head.verify(logits, DraftSet{ok, {}}, {true}); }, {"verify: expected 2"});
+  Sampling penalized;
+  penalized.presence_penalty = 0.5;
+  head.set_row(1, penalized, {}, {});
+  require_error(
+      [&] {
+        head.verify(logits, DraftSet{ok, {}}, both);
+      },
+      {"verify: expected rows without penalties"});
+  // Nothing was written: row 0 still picks as a fresh greedy row.
+  head.verify(logits, DraftSet{ok, {}}, {true, false});
+  CHECK(head.fetch(1)[0].token == 0);
 }
 
 namespace {

@@ -77,9 +77,25 @@ struct TokenLogprob {
 
 /// What fetch() returns for one row.
 struct Picked {
+  /// pick: the next token; verify: the token after the accepted drafts
+  /// (the correction, or the bonus token when all were accepted).
   int64_t token = 0;
+  int64_t accepted = 0;  ///< verify: drafts accepted (a prefix of them); pick: 0
   TokenLogprob logprob;  ///< filled when the row asked for log-probabilities
 };
+
+/// A speculative step's drafts for rows [0, b): ids[r] (at most k each)
+/// and, for drafts a model sampled, their distributions q [b, k, vocab] on
+/// the head's device (undefined: every draft is a point mass, as prompt
+/// lookup's are).
+struct DraftSet {
+  std::vector<std::vector<int64_t>> ids;
+  at::Tensor q;
+};
+
+/// DraftSet::q from the q of each draft pass ([b, vocab] each, at most k):
+/// [b, k, vocab], zeros past the last pass; undefined when there was none.
+at::Tensor draft_distributions(const std::vector<at::Tensor>& qs, int64_t k);
 
 class SamplingHead {
  public:
@@ -110,6 +126,26 @@ class SamplingHead {
   /// capture it once and replay it as rows' settings change (set_row is a
   /// copy into the tables). Picks what pick() picks.
   void pick_all(const at::Tensor& logits, const at::Tensor& takes);
+  /// Speculative verification (Note [sampling head], docs/speculative.md):
+  /// for every row r < b with takes[r], the acceptance rule over its drafts
+  /// and the target's logits [b, k + 1, vocab] (position t: the logits
+  /// after draft t - 1), on the device. Draft t is accepted with
+  /// probability min(1, p_t(x_t) / q_t(x_t)), p the row's own
+  /// distribution (temperature, top-k, top-p, min-p); at the first
+  /// rejection the token comes from norm(max(0, p_t - q_t)), after all k
+  /// from p_k. A greedy row accepts exactly the drafts that equal the
+  /// target's argmax. The draws are counter-based (seed, draw index,
+  /// position), so a row verifies alone as in any batch. fetch() then
+  /// returns each row's accepted count and token; the row's draw index
+  /// advances by the tokens it emits. No host sync. Refuses rows with
+  /// penalties, logit bias, min_tokens or log-probabilities, naming them.
+  void verify(const at::Tensor& logits, const DraftSet& drafts, const std::vector<bool>& takes);
+  /// Draft `i` of rows [0, b) from a draft model's logits [b, vocab]: each
+  /// row's distribution q under its own settings (a point mass for a
+  /// greedy row) and a draw from it keyed by (seed, draw index + i) on a
+  /// stream of its own. Returns {ids int64 [b], q float32 [b, vocab]} on
+  /// the head's device; changes no state.
+  std::pair<at::Tensor, at::Tensor> draft(const at::Tensor& logits, int64_t i) const;
   /// Rows [0, b)'s latest picks: one device-to-host copy.
   std::vector<Picked> fetch(int64_t b) const;
 
@@ -125,27 +161,34 @@ class SamplingHead {
                                                    const std::vector<int64_t>& next, int64_t n);
 
  private:
-  struct Rows;  // what rows [0, b) of this call ask for (host side)
+  struct Rows;   // what rows [0, b) of this call ask for (host side)
+  struct Table;  // the settings of the rows a distribution is computed for
   Rows scan(int64_t b, const std::vector<bool>* takes) const;
+  Table table(int64_t b) const;
+  at::Tensor distribution(const at::Tensor& x, const Table& t, const Rows& rows) const;
+  at::Tensor accepted_drafts(const at::Tensor& p, const at::Tensor& d, const at::Tensor& n,
+                             const at::Tensor& q, const at::Tensor& key) const;
   void check_logits(const at::Tensor& logits) const;
   void pick_rows(const at::Tensor& logits, const at::Tensor& take, const Rows& rows);
   at::Tensor penalized(const at::Tensor& logits, const Rows& rows) const;
-  at::Tensor floor(const at::Tensor& scaled, const at::Tensor& top, const Rows& rows) const;
+  at::Tensor floor(const at::Tensor& scaled, const at::Tensor& top, const Rows& rows,
+                   const Table& t) const;
   at::Tensor noise(const at::Tensor& keys) const;
   void mark(const at::Tensor& chosen, const at::Tensor& take, int64_t b);
   at::Tensor column(int64_t c, int64_t b) const;
 
   SamplingHeadOptions options_;
-  at::Tensor params_;      // float32 [B, kParams]: the per-row settings
-  at::Tensor keys_;        // int64 [B, 2]: seed key, draw index
-  at::Tensor generated_;   // bool [B, vocab]: generated tokens (presence penalty)
-  at::Tensor seen_;        // bool [B, vocab]: prompt and generated tokens (repetition penalty)
-  at::Tensor penalty_;     // float32 [B, vocab]: presence and frequency penalties so far
-  at::Tensor bias_ids_;    // int64 [B, max_bias]
-  at::Tensor bias_vals_;   // float32 [B, max_bias]
-  at::Tensor stop_ids_;    // int64 [B, max_stop]
-  at::Tensor out_;         // float32 [B, 2 + 2 * max_logprobs]: id, logprob, top ids, top logprobs
-  at::Tensor hashed_ids_;  // int64 [vocab]: (id * golden) mod 2^32, the draws' per-id input
+  at::Tensor params_;     // float32 [B, kParams]: the per-row settings
+  at::Tensor keys_;       // int64 [B, 2]: seed key, draw index
+  at::Tensor generated_;  // bool [B, vocab]: generated tokens (presence penalty)
+  at::Tensor seen_;       // bool [B, vocab]: prompt and generated tokens (repetition penalty)
+  at::Tensor penalty_;    // float32 [B, vocab]: presence and frequency penalties so far
+  at::Tensor bias_ids_;   // int64 [B, max_bias]
+  at::Tensor bias_vals_;  // float32 [B, max_bias]
+  at::Tensor stop_ids_;   // int64 [B, max_stop]
+  at::Tensor
+      out_;  // float32 [B, 3 + 2 * max_logprobs]: id, accepted, logprob, top ids, top logprobs
+  at::Tensor hashed_ids_;       // int64 [vocab]: (id * golden) mod 2^32, the draws' per-id input
   std::vector<Sampling> host_;  // each row's settings, for what a call must compute
 };
 
@@ -155,8 +198,7 @@ class SamplingHead {
 /// every device. float32 [b, n].
 at::Tensor sampling_noise(const at::Tensor& keys, const at::Tensor& ids);
 
-/// The host sampler, kept for speculative verification and draft models
-/// (their acceptance rule needs each draft's probability): softmax(logits /
+/// The host sampler (tests and the benchmark's baseline): softmax(logits /
 /// temperature) over transformers' top-k then top-p (the same rule as the
 /// head's), per row of logits [..., vocab] (any device), float32 on the CPU.
 at::Tensor host_sampling_probs(const at::Tensor& logits, double temperature, int64_t top_k,

@@ -1,9 +1,10 @@
 #pragma once
 // Speculative decoding's two pure parts (docs/speculative.md): drafting by
 // prompt lookup, and verification, the rule that turns a row's k drafts and
-// the target's k + 1 distributions into the tokens it emits. Generator and
-// the Scheduler call them after each verification step, on the host, with
-// the ids and probabilities that step read back.
+// the target's k + 1 distributions into the tokens it emits, stated on the
+// host for one row. Generator and the Scheduler run the same rule on the
+// device for every row at once (SamplingHead::verify); the tests hold the
+// head to these.
 
 #include <ATen/ATen.h>
 
