@@ -307,7 +307,11 @@ void read_sampling(const Body& body, ApiRequest& r) {
     if (k < -1) refuse("top_k", "an integer >= 0 (0 or -1 = no filter)", body["top_k"]);
     r.top_k = std::max<int64_t>(k, 0);
   }
-  if (given(body, "seed")) r.seed = static_cast<uint64_t>(integer(body["seed"], "seed"));
+  if (given(body, "seed")) {
+    const int64_t seed = integer(body["seed"], "seed");
+    if (seed < 0) refuse("seed", "an integer >= 0", body["seed"]);
+    r.seed = static_cast<uint64_t>(seed);
+  }
   r.ignore_eos = reader().read_head_fields(body, r.head);
   if (body.contains("stop")) read_stop(body["stop"], r);
 }

@@ -35,7 +35,8 @@ class PrefixPool {
   /// cache's max_chunk).
   PrefixPool(int64_t budget_bytes, int64_t block, int64_t max_rollback);
 
-  /// The entry sharing the most whole blocks with `prompt`, reusing at most
+  /// The entry sharing the longest prefix with `prompt` (at least one whole
+  /// block; the blocks' hashes find it), reusing at most
   /// prompt.size() - 1 tokens (one is left to prefill, for its logits);
   /// marks it most recently used.
   PrefixMatch find(const std::vector<int64_t>& prompt);

@@ -1,5 +1,5 @@
-// CacheConfig validation and the slot arithmetic of each layer policy,
-// tested without tensors.
+// CacheConfig validation, layer patterns and the ring's capacity rule,
+// tested without tensors (the layer policies' slot arithmetic: test_layers.cpp).
 
 #include "support.hpp"
 
@@ -61,28 +61,4 @@ TEST_CASE("chunk limit and ring capacity follow the documented rule", "[config]"
   CHECK(c.sliding_capacity() == 8);  // decode only: exactly the window
   c.max_chunk = 60;
   CHECK(c.sliding_capacity() == 64);  // never more than max_len
-}
-
-TEST_CASE("full layers store position p in slot p and route the rest to scratch", "[layers]") {
-  const FullAttentionLayer full(/*max_len=*/16);
-  CHECK(full.capacity() == 16);
-  CHECK(full.scratch_slot() == 16);
-  CHECK(full.slot_of(0) == 0);
-  CHECK(full.slot_of(15) == 15);
-  CHECK(full.slot_of(16) == 16);
-  CHECK(full.slot_of(-1) == 16);
-  CHECK(full.view_len(5) == 5);
-  CHECK(at::equal(full.slots_of(positions({0, 7, -1})), positions({0, 7, 16})));
-}
-
-TEST_CASE("sliding layers store position p in slot p % capacity", "[layers]") {
-  const SlidingWindowLayer ring(/*window=*/4, /*capacity=*/6, /*max_len=*/100);
-  CHECK(ring.slot_of(0) == 0);
-  CHECK(ring.slot_of(5) == 5);
-  CHECK(ring.slot_of(6) == 0);
-  CHECK(ring.slot_of(99) == 99 % 6);
-  CHECK(ring.slot_of(100) == 6);
-  CHECK(ring.slot_of(-1) == 6);
-  CHECK(ring.view_len(50) == 6);
-  CHECK(at::equal(ring.slots_of(positions({13, -1, 6})), positions({1, 6, 0})));
 }
