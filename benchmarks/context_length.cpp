@@ -236,9 +236,8 @@ RaggedResult measure_ragged(const Options& o, const at::Device& device, at::Scal
   return result;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) try {
+// The command line; `contexts` gets the lengths to run.
+Options parse_options(int argc, char** argv, std::vector<int64_t>* contexts) {
   Options o;
   Flags flags("statickv_bench_context", "decode-step cost vs context length, as ratios to ideal");
   flags.add_device(&o.device);
@@ -256,65 +255,69 @@ int main(int argc, char** argv) try {
                    "replay captured steps (needs a CUDA device; dynamic stays eager)");
   flags.parse(argc, argv);
   check_stack(o.stack);
-  std::vector<int64_t> contexts;
   if (o.contexts.empty()) {
-    for (int64_t c = 128; c < o.max_len; c *= 2) contexts.push_back(c);
-    contexts.push_back(o.max_len);
+    for (int64_t c = 128; c < o.max_len; c *= 2) contexts->push_back(c);
+    contexts->push_back(o.max_len);
   } else {
-    contexts = parse_int_list("--contexts", o.contexts, /*min=*/2, /*max=*/o.max_len);
+    *contexts = parse_int_list("--contexts", o.contexts, /*min=*/2, /*max=*/o.max_len);
   }
-  set_threads(o.threads);
-  c10::InferenceMode inference;  // as inference code runs: no autograd bookkeeping per op
-  const at::Device device = parse_device(o.device);
-  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kHalf);
-  if (o.graphs && !device.is_cuda()) {
-    throw FlagError("--graphs: expected a CUDA device (--device cuda) but got " + device.str());
+  return o;
+}
+
+// What every variant decodes on: the statickv cache (one row holding
+// positions [0, max_len - 1)), with --kv-dtype its quantized twin, the
+// ideal's contiguous copies of the same contents, and one step's q, k, v.
+struct Stack {
+  Stack(const Options& options, const at::Device& dev, at::ScalarType type)
+      : o(options),
+        device(dev),
+        dtype(type),
+        opts(at::TensorOptions().dtype(type).device(dev)),
+        long_opts(opts.dtype(at::kLong)),
+        L(options.stack.layers) {
+    CacheConfig config;
+    config.num_layers = L;
+    config.num_kv_heads = o.stack.kv_heads;
+    config.head_dim = o.stack.head_dim;
+    config.max_batch = 1;
+    config.max_len = o.max_len;
+    config.dtype = dtype;
+    config.device = device;
+    cache = std::make_unique<StaticCache>(config);
+    // --kv-dtype: the same cache with quantized storage, the same contents.
+    storage = apps::parse_kv_storage(o.kv_dtype);
+    CacheConfig quant_config = config;
+    quant_config.kv_storage = storage == KvStorage::kCompute ? KvStorage::kInt8 : storage;
+    if (storage != KvStorage::kCompute) quant = std::make_unique<StaticCache>(quant_config);
+    fill();
   }
-  const bool graphs = o.graphs;
 
-  const auto opts = at::TensorOptions().dtype(dtype).device(device);
-  const auto long_opts = opts.dtype(at::kLong);
-  const int64_t L = o.stack.layers;
-
-  // statickv (and hf-static): one cache holding positions [0, max_len - 1).
-  CacheConfig config;
-  config.num_layers = L;
-  config.num_kv_heads = o.stack.kv_heads;
-  config.head_dim = o.stack.head_dim;
-  config.max_batch = 1;
-  config.max_len = o.max_len;
-  config.dtype = dtype;
-  config.device = device;
-  StaticCache cache(config);
-  // --kv-dtype: the same cache with quantized storage, the same contents.
-  const KvStorage storage = apps::parse_kv_storage(o.kv_dtype);
-  CacheConfig quant_config = config;
-  quant_config.kv_storage = storage == KvStorage::kCompute ? KvStorage::kInt8 : storage;
-  std::unique_ptr<StaticCache> quant;
-  if (storage != KvStorage::kCompute) quant = std::make_unique<StaticCache>(quant_config);
-  at::manual_seed(0);
-  {
-    StepPlan fill = cache.prepare(at::arange(o.max_len - 1, long_opts), 1);
-    std::optional<StepPlan> quant_fill;
-    if (quant) quant_fill = quant->prepare(at::arange(o.max_len - 1, long_opts), 1);
-    for (int64_t l = 0; l < L; ++l) {
-      const at::Tensor kv = at::randn({1, o.stack.kv_heads, o.max_len - 1, o.stack.head_dim}, opts);
-      cache.update(l, kv, kv, fill);
-      if (quant) quant->update(l, kv, kv, *quant_fill);
+  // Random contents, the same in every cache; then q, k and v.
+  void fill() {
+    at::manual_seed(0);
+    {
+      StepPlan plan = cache->prepare(at::arange(o.max_len - 1, long_opts), 1);
+      std::optional<StepPlan> quant_fill;
+      if (quant) quant_fill = quant->prepare(at::arange(o.max_len - 1, long_opts), 1);
+      for (int64_t l = 0; l < L; ++l) {
+        const at::Tensor kv =
+            at::randn({1, o.stack.kv_heads, o.max_len - 1, o.stack.head_dim}, opts);
+        cache->update(l, kv, kv, plan);
+        if (quant) quant->update(l, kv, kv, *quant_fill);
+      }
     }
+    // ideal: per layer a contiguous [1, kv_heads, max_len, head_dim], same contents.
+    for (int64_t l = 0; l < L; ++l) {
+      ideal_k.push_back(cache->keys(l).narrow(2, 0, o.max_len).clone());
+      ideal_v.push_back(cache->values(l).narrow(2, 0, o.max_len).clone());
+    }
+    q = at::randn({1, o.stack.heads, 1, o.stack.head_dim}, opts);
+    k = at::randn({1, o.stack.kv_heads, 1, o.stack.head_dim}, opts);
+    v = at::randn({1, o.stack.kv_heads, 1, o.stack.head_dim}, opts);
   }
-  // ideal: per layer a contiguous [1, kv_heads, max_len, head_dim], same contents.
-  std::vector<at::Tensor> ideal_k, ideal_v;
-  for (int64_t l = 0; l < L; ++l) {
-    ideal_k.push_back(cache.keys(l).narrow(2, 0, o.max_len).clone());
-    ideal_v.push_back(cache.values(l).narrow(2, 0, o.max_len).clone());
-  }
-  const at::Tensor q = at::randn({1, o.stack.heads, 1, o.stack.head_dim}, opts);
-  const at::Tensor k = at::randn({1, o.stack.kv_heads, 1, o.stack.head_dim}, opts);
-  const at::Tensor v = at::randn({1, o.stack.kv_heads, 1, o.stack.head_dim}, opts);
 
-  auto ideal_step = [&](int64_t len) -> StepFn {
-    return [&, len](const at::Tensor& pos) {
+  StepFn ideal_step(int64_t len) {
+    return [this, len](const at::Tensor& pos) {
       at::Tensor out;
       for (int64_t l = 0; l < L; ++l) {
         ideal_k[l].index_copy_(2, pos, k);
@@ -325,10 +328,10 @@ int main(int argc, char** argv) try {
       }
       return out;
     };
-  };
-  auto ideal_masked_step = [&](int64_t len) -> StepFn {
+  }
+  StepFn ideal_masked_step(int64_t len) {
     const at::Tensor mask = at::ones({1, 1, 1, len}, opts.dtype(at::kBool));
-    return [&, len, mask](const at::Tensor& pos) {
+    return [this, len, mask](const at::Tensor& pos) {
       at::Tensor out;
       for (int64_t l = 0; l < L; ++l) {
         ideal_k[l].index_copy_(2, pos, k);
@@ -337,70 +340,37 @@ int main(int argc, char** argv) try {
       }
       return out;
     };
-  };
-  auto attend_step = [&](int64_t attend) -> StepFn {
-    return [&, attend](const at::Tensor& pos) {
-      StepPlan step = cache.prepare(pos, 1, attend);
+  }
+  // Cache::attend on the plain cache, or (quantized) on the --kv-dtype one.
+  StepFn attend_step(int64_t attend, bool quantized = false) {
+    StaticCache* c = quantized ? quant.get() : cache.get();
+    return [this, c, attend](const at::Tensor& pos) {
+      StepPlan step = c->prepare(pos, 1, attend);
       at::Tensor out;
-      for (int64_t l = 0; l < L; ++l) out = cache.attend(l, q, cache.update(l, k, v, step), step);
+      for (int64_t l = 0; l < L; ++l) out = c->attend(l, q, c->update(l, k, v, step), step);
       return out;
     };
-  };
-  auto quant_step = [&](int64_t attend) -> StepFn {
-    return [&, attend](const at::Tensor& pos) {
-      StepPlan step = quant->prepare(pos, 1, attend);
-      at::Tensor out;
-      for (int64_t l = 0; l < L; ++l) out = quant->attend(l, q, quant->update(l, k, v, step), step);
-      return out;
-    };
-  };
-  auto cache_step = [&](int64_t attend, bool bool_mask = false) -> StepFn {
-    return [&, attend, bool_mask](const at::Tensor& pos) {
-      StepPlan step = cache.prepare(pos, 1, attend);
+  }
+  StepFn cache_step(int64_t attend, bool bool_mask = false) {
+    return [this, attend, bool_mask](const at::Tensor& pos) {
+      StepPlan step = cache->prepare(pos, 1, attend);
       at::Tensor out;
       for (int64_t l = 0; l < L; ++l) {
-        KV kv = cache.update(l, k, v, step);
+        KV kv = cache->update(l, k, v, step);
         out =
             sdpa_attention(q, kv.keys, kv.values, bool_mask ? step.mask(l) : step.additive_mask(l));
       }
       return out;
     };
-  };
-
-  fmt::print(
-      "statickv context length: {} layers, {} q / {} kv heads x {}, max_len {}, {} on {}{}\n", L,
-      o.stack.heads, o.stack.kv_heads, o.stack.head_dim, o.max_len, dtype_name(dtype), device.str(),
-      graphs ? " (graph replays)" : "");
-  fmt::print("{} interleaved rounds x {} steps per variant and length, {} CPU threads\n\n",
-             o.rounds, o.calls, at::get_num_threads());
-  fmt::print("ratios to the ideal, median [p10, p90] of paired rounds\n");
-  fmt::print("attend: Cache::attend, {} path (attend-max: attend_len = max_len)\n",
-             cache.attention_path(0, q) == AttentionPath::kVarlen ? "varlen" : "masked");
-  const std::string kv_name = std::string("attend-") + to_string(storage);
-  if (quant) {
-    fmt::print(
-        "{}: Cache::attend over the same cache stored as {} ({} bytes, plain {}); "
-        "{}/attend: its ratio to attend, paired\n",
-        kv_name, to_string(storage), quant->memory_bytes(), cache.memory_bytes(), kv_name);
   }
-  fmt::print("{:>7} {:>9} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19}", "context", "ideal ms",
-             "statickv", "hf-static", "dynamic (cat)", "ideal+mask", "sk-bool", "attend",
-             "attend-max");
-  if (quant) fmt::print(" {:>19} {:>19}", kv_name, kv_name + "/attend");
-  fmt::print("\n");
-
-  Json rows = Json::array();
-  bool all_ok = true;
-  double worst_attend = 0, worst_attend_4096 = 0;
-  for (int64_t len : contexts) {
-    const at::Tensor pos = at::full({1}, len - 1, long_opts);
-    // dynamic: the past (len - 1 tokens) as its own contiguous tensors.
+  // dynamic: the past (len - 1 tokens) as its own contiguous tensors.
+  StepFn dynamic_step(int64_t len) {
     std::vector<at::Tensor> past_k, past_v;
     for (int64_t l = 0; l < L; ++l) {
       past_k.push_back(ideal_k[l].narrow(2, 0, len - 1).contiguous());
       past_v.push_back(ideal_v[l].narrow(2, 0, len - 1).contiguous());
     }
-    const StepFn dynamic_step = [&](const at::Tensor&) {
+    return [this, past_k, past_v](const at::Tensor&) {
       at::Tensor out;
       for (int64_t l = 0; l < L; ++l) {
         const at::Tensor kk = at::cat({past_k[l], k}, 2);
@@ -410,124 +380,221 @@ int main(int argc, char** argv) try {
       }
       return out;
     };
-    std::vector<std::pair<std::string, StepFn>> steps = {
-        {"ideal", ideal_step(len)},
-        {"statickv", cache_step(len)},
-        {"hf-static", cache_step(o.max_len)},
-        {"dynamic", dynamic_step},
-        {"ideal+mask", ideal_masked_step(len)},
-        {"sk-bool", cache_step(len, /*bool_mask=*/true)},
-        {"attend", attend_step(len)},
-        {"attend-max", attend_step(o.max_len)}};
-    if (quant) steps.emplace_back(kv_name, quant_step(len));
-
-    std::vector<std::unique_ptr<GraphRunner>> runners;
-    std::vector<Variant> variants;
-    for (const auto& [name, fn] : steps) {
-      if (graphs && name != "dynamic") {
-        GraphRunner::Options ro;
-        ro.device = device;
-        auto runner = std::make_unique<GraphRunner>(
-            // Padding (what capture warm-ups run on) is the step's own
-            // position: the ideal step's index_copy_ has no scratch slot.
-            std::vector<InputSpec>{{"position", at::kLong, {}, len - 1}},
-            [fn = fn](const std::vector<at::Tensor>& in, const GraphKey&) {
-              // [1, heads, 1, d] -> [1, 1, heads, d]: the runner's [batch, q, ...].
-              return std::vector<at::Tensor>{fn(in[0].view({-1})).transpose(1, 2)};
-            },
-            ro);
-        GraphRunner* r = runner.get();
-        const at::Tensor in = pos.view({1, 1});
-        variants.push_back({name, [r, in] { r->run({in}); }});
-        runners.push_back(std::move(runner));
-      } else {
-        variants.push_back({name, [fn = fn, &pos] { fn(pos); }});
-      }
-    }
-    const std::vector<Stats> stats = measure_interleaved(variants, device, o.rounds, o.calls, 2);
-    const Stats sk = paired_ratio(stats[1], stats[0]);
-    const Stats hf = paired_ratio(stats[2], stats[0]);
-    const Stats dyn = paired_ratio(stats[3], stats[0]);
-    const Stats masked = paired_ratio(stats[4], stats[0]);
-    const Stats bool_mask = paired_ratio(stats[5], stats[0]);
-    const Stats att = paired_ratio(stats[6], stats[0]);
-    const Stats att_max = paired_ratio(stats[7], stats[0]);
-    worst_attend = std::max(worst_attend, att.median);
-    if (len <= 4096) worst_attend_4096 = std::max(worst_attend_4096, att.median);
-    const bool ok = sk.median <= 1.15;
-    all_ok = all_ok && ok;
-    auto cell = [](const Stats& r) {
-      return fmt::format("{:.2f} [{:.2f}, {:.2f}]", r.median, r.p10, r.p90);
-    };
-    fmt::print("{:>7} {:>9.3f} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19}", len,
-               stats[0].median * 1e3, cell(sk), cell(hf), cell(dyn), cell(masked), cell(bool_mask),
-               cell(att), cell(att_max));
-    Json row = Json::object({{"context", len}});
-    if (quant) {
-      const Stats kv = paired_ratio(stats[8], stats[0]);
-      const Stats kv_vs_attend = paired_ratio(stats[8], stats[6]);
-      fmt::print(" {:>19} {:>19}", cell(kv), cell(kv_vs_attend));
-      row["attend_kv_ratio"] = to_json(kv);
-      row["attend_kv_vs_attend"] = to_json(kv_vs_attend);
-    }
-    fmt::print("{}\n", ok ? "" : "  ABOVE TARGET");
-    for (size_t i = 0; i < steps.size(); ++i) row[steps[i].first + "_s"] = to_json(stats[i]);
-    row["statickv_ratio"] = to_json(sk);
-    row["hf_static_ratio"] = to_json(hf);
-    row["dynamic_ratio"] = to_json(dyn);
-    row["ideal_mask_ratio"] = to_json(masked);
-    row["bool_mask_ratio"] = to_json(bool_mask);
-    row["attend_ratio"] = to_json(att);
-    row["attend_max_ratio"] = to_json(att_max);
-    rows.push_back(row);
   }
-  fmt::print("\nstatickv <= 1.15x the ideal at every length: {}\n", all_ok ? "yes" : "NO");
-  fmt::print("attend: worst median ratio {:.3f} (up to 4096 tokens: {:.3f})\n", worst_attend,
-             worst_attend_4096);
+  std::string attend_path() const {
+    return cache->attention_path(0, q) == AttentionPath::kVarlen ? "varlen" : "masked";
+  }
 
-  // Kernels (graph nodes on CUDA) or ATen ops (elsewhere) of one decode step.
-  const at::Tensor last_pos = at::full({1}, contexts.back() - 1, long_opts);
+  const Options& o;
+  const at::Device device;
+  const at::ScalarType dtype;
+  const at::TensorOptions opts, long_opts;
+  const int64_t L;
+  KvStorage storage = KvStorage::kCompute;
+  std::unique_ptr<StaticCache> cache, quant;
+  std::vector<at::Tensor> ideal_k, ideal_v;
+  at::Tensor q, k, v;
+};
+
+void print_header(const Stack& s, bool graphs, const std::string& kv_name) {
+  const Options& o = s.o;
+  fmt::print(
+      "statickv context length: {} layers, {} q / {} kv heads x {}, max_len {}, {} on {}{}\n", s.L,
+      o.stack.heads, o.stack.kv_heads, o.stack.head_dim, o.max_len, dtype_name(s.dtype),
+      s.device.str(), graphs ? " (graph replays)" : "");
+  fmt::print("{} interleaved rounds x {} steps per variant and length, {} CPU threads\n\n",
+             o.rounds, o.calls, at::get_num_threads());
+  fmt::print("ratios to the ideal, median [p10, p90] of paired rounds\n");
+  fmt::print("attend: Cache::attend, {} path (attend-max: attend_len = max_len)\n",
+             s.attend_path());
+  if (s.quant) {
+    fmt::print(
+        "{}: Cache::attend over the same cache stored as {} ({} bytes, plain {}); "
+        "{}/attend: its ratio to attend, paired\n",
+        kv_name, to_string(s.storage), s.quant->memory_bytes(), s.cache->memory_bytes(), kv_name);
+  }
+  fmt::print("{:>7} {:>9} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19}", "context", "ideal ms",
+             "statickv", "hf-static", "dynamic (cat)", "ideal+mask", "sk-bool", "attend",
+             "attend-max");
+  if (s.quant) fmt::print(" {:>19} {:>19}", kv_name, kv_name + "/attend");
+  fmt::print("\n");
+}
+
+using Steps = std::vector<std::pair<std::string, StepFn>>;
+
+// One length's steps as variants: captured once per length and replayed
+// with --graphs (dynamic stays eager), else run eagerly.
+std::vector<Variant> length_variants(const Steps& steps, const at::Tensor& pos, int64_t len,
+                                     const at::Device& device, bool graphs,
+                                     std::vector<std::unique_ptr<GraphRunner>>& runners) {
+  std::vector<Variant> variants;
+  for (const auto& [name, fn] : steps) {
+    if (graphs && name != "dynamic") {
+      GraphRunner::Options ro;
+      ro.device = device;
+      auto runner = std::make_unique<GraphRunner>(
+          // Padding (what capture warm-ups run on) is the step's own
+          // position: the ideal step's index_copy_ has no scratch slot.
+          std::vector<InputSpec>{{"position", at::kLong, {}, len - 1}},
+          [fn = fn](const std::vector<at::Tensor>& in, const GraphKey&) {
+            // [1, heads, 1, d] -> [1, 1, heads, d]: the runner's [batch, q, ...].
+            return std::vector<at::Tensor>{fn(in[0].view({-1})).transpose(1, 2)};
+          },
+          ro);
+      GraphRunner* r = runner.get();
+      const at::Tensor in = pos.view({1, 1});
+      variants.push_back({name, [r, in] { r->run({in}); }});
+      runners.push_back(std::move(runner));
+    } else {
+      variants.push_back({name, [fn = fn, pos] { fn(pos); }});
+    }
+  }
+  return variants;
+}
+
+// The worst ratios over the lengths so far.
+struct Totals {
+  bool all_ok = true;
+  double worst_attend = 0, worst_attend_4096 = 0;
+};
+
+// Prints one length's row of ratios; its JSON row.
+Json report_length(const Stack& s, int64_t len, const Steps& steps, const std::vector<Stats>& stats,
+                   Totals* totals) {
+  const Stats sk = paired_ratio(stats[1], stats[0]);
+  const Stats hf = paired_ratio(stats[2], stats[0]);
+  const Stats dyn = paired_ratio(stats[3], stats[0]);
+  const Stats masked = paired_ratio(stats[4], stats[0]);
+  const Stats bool_mask = paired_ratio(stats[5], stats[0]);
+  const Stats att = paired_ratio(stats[6], stats[0]);
+  const Stats att_max = paired_ratio(stats[7], stats[0]);
+  totals->worst_attend = std::max(totals->worst_attend, att.median);
+  if (len <= 4096) totals->worst_attend_4096 = std::max(totals->worst_attend_4096, att.median);
+  const bool ok = sk.median <= 1.15;
+  totals->all_ok = totals->all_ok && ok;
+  auto cell = [](const Stats& r) {
+    return fmt::format("{:.2f} [{:.2f}, {:.2f}]", r.median, r.p10, r.p90);
+  };
+  fmt::print("{:>7} {:>9.3f} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19} {:>19}", len,
+             stats[0].median * 1e3, cell(sk), cell(hf), cell(dyn), cell(masked), cell(bool_mask),
+             cell(att), cell(att_max));
+  Json row = Json::object({{"context", len}});
+  if (s.quant) {
+    const Stats kv = paired_ratio(stats[8], stats[0]);
+    const Stats kv_vs_attend = paired_ratio(stats[8], stats[6]);
+    fmt::print(" {:>19} {:>19}", cell(kv), cell(kv_vs_attend));
+    row["attend_kv_ratio"] = to_json(kv);
+    row["attend_kv_vs_attend"] = to_json(kv_vs_attend);
+  }
+  fmt::print("{}\n", ok ? "" : "  ABOVE TARGET");
+  for (size_t i = 0; i < steps.size(); ++i) row[steps[i].first + "_s"] = to_json(stats[i]);
+  row["statickv_ratio"] = to_json(sk);
+  row["hf_static_ratio"] = to_json(hf);
+  row["dynamic_ratio"] = to_json(dyn);
+  row["ideal_mask_ratio"] = to_json(masked);
+  row["bool_mask_ratio"] = to_json(bool_mask);
+  row["attend_ratio"] = to_json(att);
+  row["attend_max_ratio"] = to_json(att_max);
+  return row;
+}
+
+// Every variant at one context length, interleaved; prints and returns its row.
+Json measure_length(Stack& s, int64_t len, bool graphs, const std::string& kv_name,
+                    Totals* totals) {
+  const at::Tensor pos = at::full({1}, len - 1, s.long_opts);
+  Steps steps = {{"ideal", s.ideal_step(len)},
+                 {"statickv", s.cache_step(len)},
+                 {"hf-static", s.cache_step(s.o.max_len)},
+                 {"dynamic", s.dynamic_step(len)},
+                 {"ideal+mask", s.ideal_masked_step(len)},
+                 {"sk-bool", s.cache_step(len, /*bool_mask=*/true)},
+                 {"attend", s.attend_step(len)},
+                 {"attend-max", s.attend_step(s.o.max_len)}};
+  if (s.quant) steps.emplace_back(kv_name, s.attend_step(len, /*quantized=*/true));
+  std::vector<std::unique_ptr<GraphRunner>> runners;
+  const std::vector<Variant> variants = length_variants(steps, pos, len, s.device, graphs, runners);
+  const std::vector<Stats> stats =
+      measure_interleaved(variants, s.device, s.o.rounds, s.o.calls, 2);
+  return report_length(s, len, steps, stats, totals);
+}
+
+// Kernels (graph nodes on CUDA) or ATen ops (elsewhere) of one decode step
+// at `len`, masked and through Cache::attend: printed, and as JSON.
+Json kernels_per_decode_step(Stack& s, int64_t len, bool graphs) {
+  const at::Tensor last_pos = at::full({1}, len - 1, s.long_opts);
   const int64_t masked_kernels =
-      kernels_per_step([&] { cache_step(contexts.back())(last_pos); }, device, graphs);
+      kernels_per_step([&] { s.cache_step(len)(last_pos); }, s.device, graphs);
   const int64_t attend_kernels =
-      kernels_per_step([&] { attend_step(contexts.back())(last_pos); }, device, graphs);
+      kernels_per_step([&] { s.attend_step(len)(last_pos); }, s.device, graphs);
   const std::string unit = graphs ? "CUDA graph kernel nodes" : "ATen ops";
-  fmt::print("{} per decode step ({} layers): masked {}, attend {}\n", unit, L, masked_kernels,
+  fmt::print("{} per decode step ({} layers): masked {}, attend {}\n", unit, s.L, masked_kernels,
              attend_kernels);
+  return Json::object({{"unit", unit}, {"masked", masked_kernels}, {"attend", attend_kernels}});
+}
 
-  const RaggedResult ragged = measure_ragged(o, device, dtype, graphs);
+void print_ragged(const RaggedResult& ragged) {
   fmt::print(
       "\nragged: 16 rows, lengths {}..{}; ideal {:.3f} ms; masked {:.2f} [{:.2f}, {:.2f}], "
       "attend {:.2f} [{:.2f}, {:.2f}]\n",
       ragged.lengths.front(), ragged.lengths.back(), ragged.ideal_ms, ragged.masked.median,
       ragged.masked.p10, ragged.masked.p90, ragged.attend.median, ragged.attend.p10,
       ragged.attend.p90);
+}
 
-  write_json(
-      o.json,
-      Json::object({{"benchmark", "context_length"},
-                    {"command", command_line(argc, argv)},
-                    {"environment", environment(device)},
-                    {"dtype", dtype_name(dtype)},
-                    {"layers", L},
-                    {"heads", o.stack.heads},
-                    {"kv_heads", o.stack.kv_heads},
-                    {"head_dim", o.stack.head_dim},
-                    {"max_len", o.max_len},
-                    {"graphs", graphs},
-                    {"rounds", o.rounds},
-                    {"calls", o.calls},
-                    {"rows", rows},
-                    {"attend_path",
-                     cache.attention_path(0, q) == AttentionPath::kVarlen ? "varlen" : "masked"},
-                    {"decode_vs_ideal_max", worst_attend},
-                    {"decode_vs_ideal_max_upto_4096", worst_attend_4096},
-                    {"ragged_vs_ideal", ragged.attend.median},
-                    {"ragged_masked_vs_ideal", ragged.masked.median},
-                    {"ragged_lengths", ragged.lengths},
-                    {"kernels_per_decode_step", Json::object({{"unit", unit},
-                                                              {"masked", masked_kernels},
-                                                              {"attend", attend_kernels}})}}));
+Json result_json(const Stack& s, bool graphs, const Json& rows, const Totals& totals,
+                 const RaggedResult& ragged, const Json& kernels, const std::string& command) {
+  const Options& o = s.o;
+  return Json::object({{"benchmark", "context_length"},
+                       {"command", command},
+                       {"environment", environment(s.device)},
+                       {"dtype", dtype_name(s.dtype)},
+                       {"layers", s.L},
+                       {"heads", o.stack.heads},
+                       {"kv_heads", o.stack.kv_heads},
+                       {"head_dim", o.stack.head_dim},
+                       {"max_len", o.max_len},
+                       {"graphs", graphs},
+                       {"rounds", o.rounds},
+                       {"calls", o.calls},
+                       {"rows", rows},
+                       {"attend_path", s.attend_path()},
+                       {"decode_vs_ideal_max", totals.worst_attend},
+                       {"decode_vs_ideal_max_upto_4096", totals.worst_attend_4096},
+                       {"ragged_vs_ideal", ragged.attend.median},
+                       {"ragged_masked_vs_ideal", ragged.masked.median},
+                       {"ragged_lengths", ragged.lengths},
+                       {"kernels_per_decode_step", kernels}});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::vector<int64_t> contexts;
+  const Options o = parse_options(argc, argv, &contexts);
+  set_threads(o.threads);
+  c10::InferenceMode inference;  // as inference code runs: no autograd bookkeeping per op
+  const at::Device device = parse_device(o.device);
+  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kHalf);
+  if (o.graphs && !device.is_cuda()) {
+    throw FlagError("--graphs: expected a CUDA device (--device cuda) but got " + device.str());
+  }
+  const bool graphs = o.graphs;
+
+  Stack s(o, device, dtype);
+  const std::string kv_name = std::string("attend-") + to_string(s.storage);
+  print_header(s, graphs, kv_name);
+  Json rows = Json::array();
+  Totals totals;
+  for (int64_t len : contexts) rows.push_back(measure_length(s, len, graphs, kv_name, &totals));
+  fmt::print("\nstatickv <= 1.15x the ideal at every length: {}\n", totals.all_ok ? "yes" : "NO");
+  fmt::print("attend: worst median ratio {:.3f} (up to 4096 tokens: {:.3f})\n", totals.worst_attend,
+             totals.worst_attend_4096);
+
+  const Json kernels = kernels_per_decode_step(s, contexts.back(), graphs);
+  const RaggedResult ragged = measure_ragged(o, device, dtype, graphs);
+  print_ragged(ragged);
+  write_json(o.json,
+             result_json(s, graphs, rows, totals, ragged, kernels, command_line(argc, argv)));
   return 0;
 } catch (...) {
   return apps::fail("statickv_bench_context");

@@ -57,6 +57,52 @@ struct Subject {
   int64_t attend_len;
 };
 
+// A cache of `max_batch` rows whose first row holds --context random tokens;
+// its steps attend to the length (follow_length) or to all max_len slots.
+Subject make_subject(const Options& o, at::ScalarType dtype, const at::Device& device,
+                     int64_t max_batch, bool follow_length) {
+  const StackShape& shape = o.stack;
+  const auto opts = at::TensorOptions().dtype(dtype).device(device);
+  CacheConfig c;
+  c.num_layers = shape.layers;
+  c.num_kv_heads = shape.kv_heads;
+  c.head_dim = shape.head_dim;
+  c.max_batch = max_batch;
+  c.max_len = o.max_len;
+  c.dtype = dtype;
+  c.device = device;
+  Subject s{std::make_unique<StaticCache>(c), follow_length ? o.context + 1 : -1};
+  at::manual_seed(0);
+  StepPlan prefill = s.cache->prepare(at::arange(o.context, opts.dtype(at::kLong)), 1);
+  for (int64_t l = 0; l < shape.layers; ++l) {
+    const at::Tensor kv = at::randn({1, shape.kv_heads, o.context, shape.head_dim}, opts);
+    s.cache->update(l, kv, kv, prefill);
+  }
+  return s;
+}
+
+// Prints the variants' table and the two ratios (median over rounds of the
+// paired, same-round ratio, p10..p90), which it returns in `prefix_stats`
+// (A/B) and `full_stats` (C/B).
+void print_results(const std::vector<Variant>& variants, const std::vector<Stats>& stats,
+                   Stats* prefix_stats, Stats* full_stats) {
+  fmt::print("{:<46} {:>12} {:>12} {:>12}\n", "variant", "median ms", "p10 ms", "p90 ms");
+  for (size_t i = 0; i < variants.size(); ++i) {
+    fmt::print("{:<46} {:>12.4f} {:>12.4f} {:>12.4f}\n", variants[i].name, stats[i].median * 1e3,
+               stats[i].p10 * 1e3, stats[i].p90 * 1e3);
+  }
+  // Ratios: median over rounds of the paired (same-round) ratio, p10..p90.
+  *prefix_stats = paired_ratio(stats[0], stats[1]);
+  *full_stats = paired_ratio(stats[2], stats[1]);
+  const double prefix_ratio = prefix_stats->median;
+  const double full_ratio = full_stats->median;
+  fmt::print("\nbatch-prefix ratio A/B (target <= 1.03): {:.3f}  [p10 {:.3f}, p90 {:.3f}]  {}\n",
+             prefix_ratio, prefix_stats->p10, prefix_stats->p90,
+             prefix_ratio <= 1.03 ? "ok" : "ABOVE TARGET");
+  fmt::print("attend max_len vs length C/B:            {:.3f}  [p10 {:.3f}, p90 {:.3f}]\n",
+             full_ratio, full_stats->p10, full_stats->p90);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -68,27 +114,9 @@ int main(int argc, char** argv) try {
   const StackShape& shape = o.stack;
   const auto opts = at::TensorOptions().dtype(dtype).device(device);
 
-  auto make = [&](int64_t max_batch, bool follow_length) {
-    CacheConfig c;
-    c.num_layers = shape.layers;
-    c.num_kv_heads = shape.kv_heads;
-    c.head_dim = shape.head_dim;
-    c.max_batch = max_batch;
-    c.max_len = o.max_len;
-    c.dtype = dtype;
-    c.device = device;
-    Subject s{std::make_unique<StaticCache>(c), follow_length ? o.context + 1 : -1};
-    at::manual_seed(0);
-    StepPlan prefill = s.cache->prepare(at::arange(o.context, opts.dtype(at::kLong)), 1);
-    for (int64_t l = 0; l < shape.layers; ++l) {
-      const at::Tensor kv = at::randn({1, shape.kv_heads, o.context, shape.head_dim}, opts);
-      s.cache->update(l, kv, kv, prefill);
-    }
-    return s;
-  };
-  Subject prefix = make(/*max_batch=*/16, /*follow_length=*/true);
-  Subject exact = make(/*max_batch=*/1, /*follow_length=*/true);
-  Subject full = make(/*max_batch=*/1, /*follow_length=*/false);
+  Subject prefix = make_subject(o, dtype, device, /*max_batch=*/16, /*follow_length=*/true);
+  Subject exact = make_subject(o, dtype, device, /*max_batch=*/1, /*follow_length=*/true);
+  Subject full = make_subject(o, dtype, device, /*max_batch=*/1, /*follow_length=*/false);
 
   const at::Tensor pos = at::full({1}, o.context, opts.dtype(at::kLong));
   const at::Tensor q = at::randn({1, shape.heads, 1, shape.head_dim}, opts);
@@ -120,21 +148,8 @@ int main(int argc, char** argv) try {
   const std::vector<Stats> stats =
       measure_interleaved(variants, device, o.rounds, o.calls, /*warmup=*/3);
 
-  fmt::print("{:<46} {:>12} {:>12} {:>12}\n", "variant", "median ms", "p10 ms", "p90 ms");
-  for (size_t i = 0; i < variants.size(); ++i) {
-    fmt::print("{:<46} {:>12.4f} {:>12.4f} {:>12.4f}\n", variants[i].name, stats[i].median * 1e3,
-               stats[i].p10 * 1e3, stats[i].p90 * 1e3);
-  }
-  // Ratios: median over rounds of the paired (same-round) ratio, p10..p90.
-  const Stats prefix_stats = paired_ratio(stats[0], stats[1]);
-  const Stats full_stats = paired_ratio(stats[2], stats[1]);
-  const double prefix_ratio = prefix_stats.median;
-  const double full_ratio = full_stats.median;
-  fmt::print("\nbatch-prefix ratio A/B (target <= 1.03): {:.3f}  [p10 {:.3f}, p90 {:.3f}]  {}\n",
-             prefix_ratio, prefix_stats.p10, prefix_stats.p90,
-             prefix_ratio <= 1.03 ? "ok" : "ABOVE TARGET");
-  fmt::print("attend max_len vs length C/B:            {:.3f}  [p10 {:.3f}, p90 {:.3f}]\n",
-             full_ratio, full_stats.p10, full_stats.p90);
+  Stats prefix_stats, full_stats;
+  print_results(variants, stats, &prefix_stats, &full_stats);
 
   Json json_variants = Json::array();
   for (size_t i = 0; i < variants.size(); ++i) {

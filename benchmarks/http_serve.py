@@ -605,7 +605,7 @@ def report(args, results):
                   f"({sk.get('metrics_error') or 'no samples in /metrics'})")
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--checkpoint", required=True, type=Path,
                         help="a transformers checkpoint with tokenizer.json and a chat template")
@@ -634,8 +634,12 @@ def main():
     parser.add_argument("--start-timeout", type=float, default=180.0, help="seconds")
     parser.add_argument("--request-timeout", type=float, default=300.0, help="seconds")
     parser.add_argument("--json", type=Path, help="write everything here")
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def check_args(args):
+    """Checks the numbers and modes of the command line (fail() on the first
+    wrong one); the transformers modes to run."""
     args.prompt_range = parse_range(args.prompt_tokens)
     for flag, value, low in (("--requests", args.requests, 1), ("--max-tokens", args.max_tokens, 1),
                              ("--max-batch", args.max_batch, 1), ("--max-len", args.max_len, 2),
@@ -653,20 +657,32 @@ def main():
     if not set(modes) <= {"continuous", "sequential"}:
         fail("--transformers-modes", f"expected continuous and/or sequential but got "
              f"{args.transformers_modes}")
-    if not args.skip_statickv:
-        if args.serve is None:
-            fail("--serve", "expected statickv-serve (or --skip-statickv)")
-        if not (args.serve.is_file() and os.access(args.serve, os.X_OK)):
-            fail("--serve", f"{args.serve} is not an executable file")
-        try:
-            usage = subprocess.run([str(args.serve), "--help"], capture_output=True, text=True,
-                                   timeout=30)
-            usage = usage.stdout + usage.stderr
-        except (OSError, subprocess.TimeoutExpired) as e:
-            fail("--serve", f"{args.serve} --help failed: {e}")
-        if "--http" not in usage:
-            fail("--serve", f"{args.serve} has no --http (its --help does not list it): "
-                 "build the HTTP mode, or pass --skip-statickv")
+    return modes
+
+
+def check_serve(args):
+    """--serve: an executable statickv-serve built with --http (unless
+    --skip-statickv)."""
+    if args.skip_statickv:
+        return
+    if args.serve is None:
+        fail("--serve", "expected statickv-serve (or --skip-statickv)")
+    if not (args.serve.is_file() and os.access(args.serve, os.X_OK)):
+        fail("--serve", f"{args.serve} is not an executable file")
+    try:
+        usage = subprocess.run([str(args.serve), "--help"], capture_output=True, text=True,
+                               timeout=30)
+        usage = usage.stdout + usage.stderr
+    except (OSError, subprocess.TimeoutExpired) as e:
+        fail("--serve", f"{args.serve} --help failed: {e}")
+    if "--http" not in usage:
+        fail("--serve", f"{args.serve} has no --http (its --help does not list it): "
+             "build the HTTP mode, or pass --skip-statickv")
+
+
+def prepare_checkpoint(args):
+    """Checks --json and --text, makes the tiny checkpoint with --make-tiny,
+    checks the checkpoint; the text prompts are sliced from."""
     if args.json and not args.json.parent.is_dir():
         fail("--json", f"the folder {args.json.parent} does not exist")
     if not args.text.is_file():
@@ -678,11 +694,12 @@ def main():
     for needed in ("config.json", "tokenizer.json"):
         if not (args.checkpoint / needed).is_file():
             fail("--checkpoint", f"{args.checkpoint} has no {needed}")
+    return text
 
-    tokenizer = Tokenizer.from_file(str(args.checkpoint / "tokenizer.json"))
-    trace = build_trace(tokenizer, text, args.requests, args.rate, args.seed, args.prompt_range)
-    started = time.perf_counter()
-    results = {
+
+def start_results(args, trace):
+    """The results' JSON before any server runs."""
+    return {
         "benchmark": "http_serve",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "environment": {
@@ -703,6 +720,18 @@ def main():
         "statickv": {"max_batch": args.max_batch, "max_len": args.max_len},
         "servers": [],
     }  # fmt: skip
+
+
+def main():
+    args = parse_args()
+    modes = check_args(args)
+    check_serve(args)
+    text = prepare_checkpoint(args)
+
+    tokenizer = Tokenizer.from_file(str(args.checkpoint / "tokenizer.json"))
+    trace = build_trace(tokenizer, text, args.requests, args.rate, args.seed, args.prompt_range)
+    started = time.perf_counter()
+    results = start_results(args, trace)
 
     def save():
         results["wall_s"] = time.perf_counter() - started

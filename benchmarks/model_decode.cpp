@@ -94,9 +94,7 @@ Json count_kernels(const reference::LlamaModel&, Subject&, const at::Tensor&, co
 }
 #endif
 
-}  // namespace
-
-int main(int argc, char** argv) try {
+Options parse_options(int argc, char** argv) {
   Options o;
   Flags flags("statickv_bench_model",
               "reference-model decode step: batch prefix, eager vs graphs, bandwidth");
@@ -118,109 +116,99 @@ int main(int argc, char** argv) try {
                    "and count the kernels of a captured batch-1 step per path)");
   flags.parse(argc, argv);
   check_context(o.context, o.max_len);
-  set_threads(o.threads);
-  c10::InferenceMode inference;  // as inference code runs: no autograd bookkeeping per op
-  const at::Device device = parse_device(o.device);
-  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kBFloat16);
-  const bool graphs = device.is_cuda() && !o.no_graphs;
+  return o;
+}
 
-  const auto load_start = Clock::now();
-  auto model = device.is_cuda() ? device_random_model(o.shape, dtype, device)
-                                : random_model(o.shape, dtype, device);
-  const reference::ModelConfig& mc = model->config();
+// A cache of `max_batch` rows filled to --context, its backend per path
+// (plain, and fused with --fused) and, with graphs, their decode runners.
+Subject make_subject(const Options& o, const reference::LlamaModel& model, int64_t max_batch,
+                     KvStorage kv, bool graphs, int64_t attend, const at::Device& device) {
+  Subject s;
+  CacheConfig config = model.cache_config(max_batch, o.max_len);
+  config.kv_storage = kv;
+  s.cache = std::make_unique<StaticCache>(config);
+  fill_cache(*s.cache, max_batch, o.context);
+  for (int p = 0; p < (o.fused ? 2 : 1); ++p) {
+    s.backend[p] = std::make_unique<reference::CacheBackend>(
+        *s.cache, reference::AttentionKernel::kSdpa, kPaths[p]);
+    if (!graphs) continue;
+    s.runner[p] = decode_step_runner(model, *s.backend[p], device,
+                                     ShapeBuckets::powers_of_two(max_batch), attend);
+  }
+  return s;
+}
+
+struct Input {
+  at::Tensor ids, pos;
+};
+
+struct Row {
+  std::string name;
+  int64_t batch;
+  bool graph;
+  int path;
+};
+
+// The variants to time, in order, and their table rows: each variant, then
+// (with --fused) its fused twin right after it.
+struct Variants {
+  Variants(const reference::LlamaModel* m, int64_t attend_len, bool with_fused)
+      : model(m), attend(attend_len), fused(with_fused) {}
+
+  void add(const std::string& name, Subject& s, const Input& in, bool graph) {
+    for (int p = 0; p < (fused ? 2 : 1); ++p) add_path(name, s, in, graph, p);
+  }
+  void add_path(const std::string& name, Subject& s, const Input& in, bool graph, int p) {
+    const int64_t b = in.ids.size(0);
+    rows.push_back({p == 0 ? name : name + " fused", b, graph, p});
+    if (graph) {
+      variants.push_back({rows.back().name, [s = &s, in = &in, attend = attend, p] {
+                            s->runner[p]->run({in->ids, in->pos}, attend);
+                          }});
+    } else {
+      variants.push_back({rows.back().name, [s = &s, in = &in, m = model, attend = attend, p] {
+                            m->forward(in->ids, in->pos, *s->backend[p], attend);
+                          }});
+    }
+  }
+
+  const reference::LlamaModel* model;
+  int64_t attend;
+  bool fused;
+  std::vector<Variant> variants;
+  std::vector<Row> rows;
+  size_t kv_first = 0;  // the quantized variants, after the plain ones
+};
+
+void print_model(const Options& o, const reference::LlamaModel& model, at::ScalarType dtype,
+                 const at::Device& device, Clock::time_point load_start) {
+  const reference::ModelConfig& mc = model.config();
   fmt::print(
       "statickv model decode: {} ({} layers, hidden {}, {} q / {} kv heads x {}), {} on {}\n",
       o.shape, mc.num_hidden_layers, mc.hidden_size, mc.num_attention_heads, mc.num_key_value_heads,
       mc.head_dim, dtype_name(dtype), device.str());
   fmt::print("context {}, max_len {}, {} CPU threads; model built in {:.1f} s\n", o.context,
              o.max_len, at::get_num_threads(), seconds_since(load_start, device));
+}
 
-  const int64_t attend = o.context + 1;  // the step writes position `context`
-  const KvStorage storage = apps::parse_kv_storage(o.kv_dtype);
-  auto make = [&](int64_t max_batch, KvStorage kv = KvStorage::kCompute) {
-    Subject s;
-    CacheConfig config = model->cache_config(max_batch, o.max_len);
-    config.kv_storage = kv;
-    s.cache = std::make_unique<StaticCache>(config);
-    fill_cache(*s.cache, max_batch, o.context);
-    for (int p = 0; p < (o.fused ? 2 : 1); ++p) {
-      s.backend[p] = std::make_unique<reference::CacheBackend>(
-          *s.cache, reference::AttentionKernel::kSdpa, kPaths[p]);
-      if (!graphs) continue;
-      s.runner[p] = decode_step_runner(*model, *s.backend[p], device,
-                                       ShapeBuckets::powers_of_two(max_batch), attend);
-    }
-    return s;
-  };
-  Subject large = make(o.max_batch);
-  Subject small = make(1);
-  const bool quantized = storage != KvStorage::kCompute;
-  Subject small_kv = quantized ? make(1, storage) : Subject{};
-
-  const auto long_opts = at::TensorOptions().dtype(at::kLong).device(device);
-  struct Input {
-    at::Tensor ids, pos;
-  };
-  auto input = [&](int64_t b) {
-    return Input{at::randint(0, mc.vocab_size, {b, 1}, long_opts),
-                 at::full({b, 1}, o.context, long_opts)};
-  };
-  const Input one = input(1), all = input(o.max_batch);
-
-  struct Row {
-    std::string name;
-    int64_t batch;
-    bool graph;
-    int path;
-  };
-  std::vector<Variant> variants;
-  std::vector<Row> rows;
-  auto add_path = [&](const std::string& name, Subject& s, const Input& in, bool graph, int p) {
-    const int64_t b = in.ids.size(0);
-    rows.push_back({p == 0 ? name : name + " fused", b, graph, p});
-    if (graph) {
-      variants.push_back({rows.back().name, [s = &s, in = &in, attend, p] {
-                            s->runner[p]->run({in->ids, in->pos}, attend);
-                          }});
-    } else {
-      variants.push_back({rows.back().name, [s = &s, in = &in, m = model.get(), attend, p] {
-                            m->forward(in->ids, in->pos, *s->backend[p], attend);
-                          }});
-    }
-  };
-  // Each variant, then (with --fused) its fused twin right after it.
-  auto add = [&](const std::string& name, Subject& s, const Input& in, bool graph) {
-    for (int p = 0; p < (o.fused ? 2 : 1); ++p) add_path(name, s, in, graph, p);
-  };
-  const std::string big = std::to_string(o.max_batch);
-  add(big + "/1 eager", large, one, false);
-  add("1/1 eager", small, one, false);
-  if (!o.no_full_batch) add(big + "/" + big + " eager", large, all, false);
-  if (graphs) {
-    add(big + "/1 graph", large, one, true);
-    add("1/1 graph", small, one, true);
-    if (!o.no_full_batch) add(big + "/" + big + " graph", large, all, true);
-  }
-  const size_t kv_first = rows.size();  // the quantized variants, after the plain ones
-  const std::string kv_name = std::string(" ") + to_string(storage);
-  if (quantized) add("1/1 eager" + kv_name, small_kv, one, false);
-  if (quantized && graphs) add("1/1 graph" + kv_name, small_kv, one, true);
-
-  fmt::print("{} interleaved rounds x {} steps per variant\n", o.rounds, o.calls);
-  const std::vector<Stats> stats = measure_interleaved(variants, device, o.rounds, o.calls, 2);
-  const double copy_bw = copy_bandwidth(device);
-
+// Bytes of KV one step reads at batch b (every layer's keys and values).
+int64_t kv_bytes(const reference::ModelConfig& mc, at::ScalarType dtype, int64_t attend,
+                 int64_t b) {
   const int64_t elem = static_cast<int64_t>(c10::elementSize(dtype));
-  auto kv_bytes = [&](int64_t b) {
-    return 2 * mc.num_hidden_layers * b * mc.num_key_value_heads * attend * mc.head_dim * elem;
-  };
+  return 2 * mc.num_hidden_layers * b * mc.num_key_value_heads * attend * mc.head_dim * elem;
+}
+
+// Prints the table of variants; its JSON rows.
+Json report_rows(const std::vector<Row>& rows, const std::vector<Stats>& stats,
+                 const reference::ModelConfig& mc, at::ScalarType dtype, int64_t attend,
+                 double copy_bw) {
   Json json_rows = Json::array();
   fmt::print("\n{:<18} {:>10} {:>10} {:>10} {:>11} {:>9} {:>8}\n", "cache/live mode", "median ms",
              "p10 ms", "p90 ms", "tokens/s", "GB/s", "of copy");
   for (size_t i = 0; i < rows.size(); ++i) {
     const Stats& s = stats[i];
     const double bytes = static_cast<double>(weight_bytes_per_step(mc, dtype, rows[i].batch) +
-                                             kv_bytes(rows[i].batch));
+                                             kv_bytes(mc, dtype, attend, rows[i].batch));
     const double bw = bytes / s.median;
     fmt::print("{:<18} {:>10.3f} {:>10.3f} {:>10.3f} {:>11.1f} {:>9.1f} {:>7.1f}%\n", rows[i].name,
                s.median * 1e3, s.p10 * 1e3, s.p90 * 1e3,
@@ -237,40 +225,54 @@ int main(int argc, char** argv) try {
                       {"fraction_of_copy", bw / copy_bw}}));
   }
   fmt::print("\ndevice copy bandwidth (read + write): {:.1f} GB/s\n", copy_bw / 1e9);
+  return json_rows;
+}
 
+// The graph variants' ratios: batch prefix, speed-ups over eager, bandwidth.
+void graph_ratios(const Options& o, const std::vector<Stats>& stats,
+                  const reference::ModelConfig& mc, at::ScalarType dtype, int64_t attend,
+                  double copy_bw, Json& ratios) {
+  const std::string big = std::to_string(o.max_batch);
+  const size_t per = o.fused ? 2 : 1;                // rows per variant: plain (and fused)
+  const size_t g = per * (o.no_full_batch ? 2 : 3);  // first graph variant
+  const Stats gprefix = paired_ratio(stats[g], stats[g + per]);
+  fmt::print("batch-prefix ratio {}/1 : 1/1, graph (target <= 1.03): {}  {}\n", big,
+             ratio_text(gprefix), gprefix.median <= 1.03 ? "ok" : "ABOVE TARGET");
+  const Stats speedup1 = paired_ratio(stats[0], stats[g]);
+  fmt::print("graph speed-up, batch 1 (eager / graph):   {}\n", ratio_text(speedup1));
+  ratios["batch_prefix_graph"] = to_json(gprefix);
+  ratios["graph_speedup_b1"] = to_json(speedup1);
+  if (!o.no_full_batch) {
+    const Stats speedup16 = paired_ratio(stats[2 * per], stats[g + 2 * per]);
+    fmt::print("graph speed-up, batch {} (eager / graph):  {}\n", big, ratio_text(speedup16));
+    ratios["graph_speedup_full_batch"] = to_json(speedup16);
+  }
+  const double frac =
+      (static_cast<double>(weight_bytes_per_step(mc, dtype, 1) + kv_bytes(mc, dtype, attend, 1)) /
+       stats[g].median) /
+      copy_bw;
+  fmt::print("bandwidth at batch 1 with graphs: {:.1f}% of copy (target >= 70%)  {}\n",
+             100.0 * frac, frac >= 0.70 ? "ok" : "BELOW TARGET");
+  ratios["bandwidth_fraction_b1_graph"] = frac;
+  if (o.fused) {
+    const double fused_frac = frac * stats[g].median / stats[g + 1].median;
+    fmt::print("bandwidth at batch 1 with graphs, fused: {:.1f}% of copy (target >= 70%)  {}\n",
+               100.0 * fused_frac, fused_frac >= 0.70 ? "ok" : "BELOW TARGET");
+    ratios["bandwidth_fraction_b1_graph_fused"] = fused_frac;
+  }
+}
+
+// The batch-prefix ratio, the graph ratios and (--fused) each fused speed-up.
+Json ratios_of(const Options& o, const std::vector<Row>& rows, const std::vector<Stats>& stats,
+               const reference::ModelConfig& mc, at::ScalarType dtype, int64_t attend,
+               double copy_bw, bool graphs) {
   const size_t per = o.fused ? 2 : 1;  // rows per variant: plain (and fused)
   Json ratios;
   const Stats prefix = paired_ratio(stats[0], stats[per]);
-  fmt::print("batch-prefix ratio {}/1 : 1/1, eager (target <= 1.03): {}  {}\n", big,
+  fmt::print("batch-prefix ratio {}/1 : 1/1, eager (target <= 1.03): {}  {}\n", o.max_batch,
              ratio_text(prefix), prefix.median <= 1.03 ? "ok" : "ABOVE TARGET");
   ratios["batch_prefix_eager"] = to_json(prefix);
-  if (graphs) {
-    const size_t g = per * (o.no_full_batch ? 2 : 3);  // first graph variant
-    const Stats gprefix = paired_ratio(stats[g], stats[g + per]);
-    fmt::print("batch-prefix ratio {}/1 : 1/1, graph (target <= 1.03): {}  {}\n", big,
-               ratio_text(gprefix), gprefix.median <= 1.03 ? "ok" : "ABOVE TARGET");
-    const Stats speedup1 = paired_ratio(stats[0], stats[g]);
-    fmt::print("graph speed-up, batch 1 (eager / graph):   {}\n", ratio_text(speedup1));
-    ratios["batch_prefix_graph"] = to_json(gprefix);
-    ratios["graph_speedup_b1"] = to_json(speedup1);
-    if (!o.no_full_batch) {
-      const Stats speedup16 = paired_ratio(stats[2 * per], stats[g + 2 * per]);
-      fmt::print("graph speed-up, batch {} (eager / graph):  {}\n", big, ratio_text(speedup16));
-      ratios["graph_speedup_full_batch"] = to_json(speedup16);
-    }
-    const double frac =
-        (static_cast<double>(weight_bytes_per_step(mc, dtype, 1) + kv_bytes(1)) / stats[g].median) /
-        copy_bw;
-    fmt::print("bandwidth at batch 1 with graphs: {:.1f}% of copy (target >= 70%)  {}\n",
-               100.0 * frac, frac >= 0.70 ? "ok" : "BELOW TARGET");
-    ratios["bandwidth_fraction_b1_graph"] = frac;
-    if (o.fused) {
-      const double fused_frac = frac * stats[g].median / stats[g + 1].median;
-      fmt::print("bandwidth at batch 1 with graphs, fused: {:.1f}% of copy (target >= 70%)  {}\n",
-                 100.0 * fused_frac, fused_frac >= 0.70 ? "ok" : "BELOW TARGET");
-      ratios["bandwidth_fraction_b1_graph_fused"] = fused_frac;
-    }
-  }
+  if (graphs) graph_ratios(o, stats, mc, dtype, attend, copy_bw, ratios);
   if (o.fused) {
     // The fused twin of every variant sits right after it.
     for (size_t i = 0; i + 1 < rows.size(); i += 2) {
@@ -279,22 +281,80 @@ int main(int argc, char** argv) try {
       ratios["fused_speedup " + rows[i].name] = to_json(speedup);
     }
   }
+  return ratios;
+}
+
+// --kv-dtype: the quantized 1/1 variants against the plain ones.
+void kv_ratios(const Options& o, const Subject& small, const Subject& small_kv, KvStorage storage,
+               const Variants& v, const std::vector<Stats>& stats, bool graphs, Json& ratios) {
+  const std::string kv_name = std::string(" ") + to_string(storage);
+  fmt::print("cache bytes, 1 row: plain {}, {} {} (of which staging {})\n",
+             small.cache->memory_bytes(), to_string(storage), small_kv.cache->memory_bytes(),
+             small_kv.cache->staging_bytes());
+  const Stats eager_kv = paired_ratio(stats[v.kv_first], stats[1]);
+  fmt::print("1/1 eager{} : 1/1 eager: {}\n", kv_name, ratio_text(eager_kv));
+  ratios["kv_storage_eager"] = to_json(eager_kv);
+  if (graphs) {
+    const Stats graph_kv = paired_ratio(stats[v.kv_first + 1], stats[o.no_full_batch ? 3 : 4]);
+    fmt::print("1/1 graph{} : 1/1 graph: {}\n", kv_name, ratio_text(graph_kv));
+    ratios["kv_storage_graph"] = to_json(graph_kv);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options o = parse_options(argc, argv);
+  set_threads(o.threads);
+  c10::InferenceMode inference;  // as inference code runs: no autograd bookkeeping per op
+  const at::Device device = parse_device(o.device);
+  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kBFloat16);
+  const bool graphs = device.is_cuda() && !o.no_graphs;
+
+  const auto load_start = Clock::now();
+  auto model = device.is_cuda() ? device_random_model(o.shape, dtype, device)
+                                : random_model(o.shape, dtype, device);
+  const reference::ModelConfig& mc = model->config();
+  print_model(o, *model, dtype, device, load_start);
+
+  const int64_t attend = o.context + 1;  // the step writes position `context`
+  const KvStorage storage = apps::parse_kv_storage(o.kv_dtype);
+  Subject large = make_subject(o, *model, o.max_batch, KvStorage::kCompute, graphs, attend, device);
+  Subject small = make_subject(o, *model, 1, KvStorage::kCompute, graphs, attend, device);
+  const bool quantized = storage != KvStorage::kCompute;
+  Subject small_kv =
+      quantized ? make_subject(o, *model, 1, storage, graphs, attend, device) : Subject{};
+
+  const auto long_opts = at::TensorOptions().dtype(at::kLong).device(device);
+  auto input = [&](int64_t b) {
+    return Input{at::randint(0, mc.vocab_size, {b, 1}, long_opts),
+                 at::full({b, 1}, o.context, long_opts)};
+  };
+  const Input one = input(1), all = input(o.max_batch);
+
+  Variants v(model.get(), attend, o.fused);
+  const std::string big = std::to_string(o.max_batch);
+  v.add(big + "/1 eager", large, one, false);
+  v.add("1/1 eager", small, one, false);
+  if (!o.no_full_batch) v.add(big + "/" + big + " eager", large, all, false);
+  if (graphs) {
+    v.add(big + "/1 graph", large, one, true);
+    v.add("1/1 graph", small, one, true);
+    if (!o.no_full_batch) v.add(big + "/" + big + " graph", large, all, true);
+  }
+  v.kv_first = v.rows.size();
+  const std::string kv_name = std::string(" ") + to_string(storage);
+  if (quantized) v.add("1/1 eager" + kv_name, small_kv, one, false);
+  if (quantized && graphs) v.add("1/1 graph" + kv_name, small_kv, one, true);
+
+  fmt::print("{} interleaved rounds x {} steps per variant\n", o.rounds, o.calls);
+  const std::vector<Stats> stats = measure_interleaved(v.variants, device, o.rounds, o.calls, 2);
+  const double copy_bw = copy_bandwidth(device);
+  const Json json_rows = report_rows(v.rows, stats, mc, dtype, attend, copy_bw);
+  Json ratios = ratios_of(o, v.rows, stats, mc, dtype, attend, copy_bw, graphs);
   const Json kernels =
       o.fused && graphs ? count_kernels(*model, small, one.ids, one.pos, attend) : Json();
-
-  if (quantized) {
-    fmt::print("cache bytes, 1 row: plain {}, {} {} (of which staging {})\n",
-               small.cache->memory_bytes(), to_string(storage), small_kv.cache->memory_bytes(),
-               small_kv.cache->staging_bytes());
-    const Stats eager_kv = paired_ratio(stats[kv_first], stats[1]);
-    fmt::print("1/1 eager{} : 1/1 eager: {}\n", kv_name, ratio_text(eager_kv));
-    ratios["kv_storage_eager"] = to_json(eager_kv);
-    if (graphs) {
-      const Stats graph_kv = paired_ratio(stats[kv_first + 1], stats[o.no_full_batch ? 3 : 4]);
-      fmt::print("1/1 graph{} : 1/1 graph: {}\n", kv_name, ratio_text(graph_kv));
-      ratios["kv_storage_graph"] = to_json(graph_kv);
-    }
-  }
+  if (quantized) kv_ratios(o, small, small_kv, storage, v, stats, graphs, ratios);
 
   write_json(o.json, Json::object({{"benchmark", "model_decode"},
                                    {"command", command_line(argc, argv)},

@@ -42,9 +42,7 @@ struct PassTimes {
   double padded_fraction = 0;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) try {
+Options parse_options(int argc, char** argv) {
   Options o;
   Flags flags("statickv_bench_prompts",
               "new prompt lengths: bucketed graphs vs capture per length vs eager");
@@ -61,15 +59,11 @@ int main(int argc, char** argv) try {
   add_json_flag(flags, &o.json);
   flags.parse(argc, argv);
   if (o.max_len == 1) throw FlagError("--max-len: expected 0 (the default) or >= 2 but got 1");
-  set_threads(o.threads);
-  const at::Device device = parse_device(o.device);
-  const bool cuda = device.is_cuda();
-  const std::string shape = o.shape.empty() ? (cuda ? "llama-3.2-1b" : "small") : o.shape;
-  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kBFloat16);
-  const int64_t max_len = o.max_len > 0 ? o.max_len : (cuda ? 2048 : 256);
+  return o;
+}
 
-  auto model = random_model(shape, dtype, device, static_cast<uint64_t>(o.seed));
-  const int64_t vocab = model->config().vocab_size;
+// --prompts random prompts of lengths in [1, max_len) (one token to generate).
+std::vector<std::vector<int64_t>> random_prompts(const Options& o, int64_t max_len, int64_t vocab) {
   std::mt19937_64 rng(static_cast<uint64_t>(o.seed) + 1);
   std::uniform_int_distribution<int64_t> length_of(1, max_len - 1);  // one token to generate
   std::uniform_int_distribution<int64_t> id_of(0, vocab - 1);
@@ -79,14 +73,125 @@ int main(int argc, char** argv) try {
     for (auto& id : prompt) id = id_of(rng);
     prompts.push_back(std::move(prompt));
   }
-  int64_t tokens = 0;
+  return prompts;
+}
+
+// The prompts' lengths, sorted, each once; `tokens` gets their sum.
+std::vector<int64_t> distinct_lengths(const std::vector<std::vector<int64_t>>& prompts,
+                                      int64_t* tokens) {
   std::vector<int64_t> distinct;
   for (const auto& p : prompts) {
-    tokens += static_cast<int64_t>(p.size());
+    *tokens += static_cast<int64_t>(p.size());
     distinct.push_back(static_cast<int64_t>(p.size()));
   }
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  return distinct;
+}
+
+// One fresh session in `mode` serving every prompt twice (two passes); the
+// first tokens it generated. With `out`, records the passes' times and the
+// prefill runner's statistics.
+std::vector<int64_t> run_mode(const reference::LlamaModel& model,
+                              const std::vector<std::vector<int64_t>>& prompts, ServeMode mode,
+                              int64_t max_len, const at::Device& device, PassTimes* out) {
+  reference::Generator session(model, serve_options(mode, max_len), /*max_batch=*/1, max_len);
+  std::vector<int64_t> first_tokens;
+  auto pass = [&] {
+    const auto start = Clock::now();
+    for (const auto& p : prompts) {
+      first_tokens.push_back(session.generate({p}, /*max_new_tokens=*/1).tokens[0][0]);
+    }
+    return seconds_since(start, device);
+  };
+  const double first = pass();
+  const double second = pass();
+  if (out == nullptr) return first_tokens;
+  out->first.push_back(first);
+  out->second.push_back(second);
+  const RunnerStats stats = session.prefill_stats();
+  out->stats = to_json(stats);
+  out->captures = stats.captures;
+  out->keys = static_cast<int64_t>(stats.keys.size());
+  int64_t real = 0, padded = 0;
+  for (const KeyStats& k : stats.keys) {
+    real += k.real_tokens;
+    padded += k.padded_tokens;
+  }
+  out->padded_fraction =
+      real + padded > 0 ? static_cast<double>(padded) / static_cast<double>(real + padded) : 0.0;
+  return first_tokens;
+}
+
+// A warm-up session per mode, then --reps rounds of every mode (the order
+// rotating each round): each mode's first tokens (of its last round) and,
+// in `times`, its passes.
+std::vector<std::vector<int64_t>> time_modes(const reference::LlamaModel& model,
+                                             const std::vector<std::vector<int64_t>>& prompts,
+                                             const std::vector<ServeMode>& modes, int64_t max_len,
+                                             const at::Device& device, int reps,
+                                             std::vector<PassTimes>* times) {
+  // Warm-up (thread pools, allocator, kernel selection): one untimed
+  // session per mode on a few prompts.
+  {
+    const std::vector<std::vector<int64_t>> few(
+        prompts.begin(),
+        prompts.begin() + static_cast<ptrdiff_t>(std::min<size_t>(prompts.size(), 4)));
+    for (ServeMode m : modes) run_mode(model, few, m, max_len, device, nullptr);
+  }
+  std::vector<std::vector<int64_t>> tokens_of(modes.size());
+  for (int r = 0; r < reps; ++r) {
+    for (size_t j = 0; j < modes.size(); ++j) {
+      const size_t i = (j + static_cast<size_t>(r)) % modes.size();
+      tokens_of[i] = run_mode(model, prompts, modes[i], max_len, device, &(*times)[i]);
+    }
+  }
+  return tokens_of;
+}
+
+// Prints the table of modes; its JSON rows. `first` and `second` get each
+// mode's pass times.
+Json report_modes(const std::vector<ServeMode>& modes, const std::vector<PassTimes>& times,
+                  std::vector<Stats>* first, std::vector<Stats>* second) {
+  fmt::print("\n{:<12} {:>9} {:>6} {:>16} {:>26} {:>26}\n", "mode", "captures", "keys",
+             "padded tokens", "first pass s [p10, p90]", "second pass s [p10, p90]");
+  Json rows = Json::array();
+  first->assign(modes.size(), Stats{});
+  second->assign(modes.size(), Stats{});
+  for (size_t i = 0; i < modes.size(); ++i) {
+    const Stats& f = (*first)[i] = summarize_keep(times[i].first);
+    const Stats& s = (*second)[i] = summarize_keep(times[i].second);
+    fmt::print("{:<12} {:>9} {:>6} {:>15.1f}% {:>26} {:>26}\n", to_string(modes[i]),
+               times[i].captures, times[i].keys, 100.0 * times[i].padded_fraction,
+               fmt::format("{:.3f} [{:.3f}, {:.3f}]", f.median, f.p10, f.p90),
+               fmt::format("{:.3f} [{:.3f}, {:.3f}]", s.median, s.p10, s.p90));
+    rows.push_back(Json::object({{"mode", to_string(modes[i])},
+                                 {"captures", times[i].captures},
+                                 {"keys", times[i].keys},
+                                 {"padded_fraction", times[i].padded_fraction},
+                                 {"first_pass_s", to_json(f)},
+                                 {"second_pass_s", to_json(s)},
+                                 {"runner", times[i].stats}}));
+  }
+  return rows;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options o = parse_options(argc, argv);
+  set_threads(o.threads);
+  const at::Device device = parse_device(o.device);
+  const bool cuda = device.is_cuda();
+  const std::string shape = o.shape.empty() ? (cuda ? "llama-3.2-1b" : "small") : o.shape;
+  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kBFloat16);
+  const int64_t max_len = o.max_len > 0 ? o.max_len : (cuda ? 2048 : 256);
+
+  auto model = random_model(shape, dtype, device, static_cast<uint64_t>(o.seed));
+  const std::vector<std::vector<int64_t>> prompts =
+      random_prompts(o, max_len, model->config().vocab_size);
+  int64_t tokens = 0;
+  const std::vector<int64_t> distinct = distinct_lengths(prompts, &tokens);
 
   fmt::print("statickv prompt lengths: {} ({} layers, hidden {}), {} on {}\n", shape,
              model->config().num_hidden_layers, model->config().hidden_size, dtype_name(dtype),
@@ -99,51 +204,9 @@ int main(int argc, char** argv) try {
 
   const std::vector<ServeMode> modes = {ServeMode::kBucketed, ServeMode::kPerLength,
                                         ServeMode::kEager};
-  auto run_mode = [&](ServeMode mode, PassTimes* out) {
-    reference::Generator session(*model, serve_options(mode, max_len), /*max_batch=*/1, max_len);
-    std::vector<int64_t> first_tokens;
-    auto pass = [&] {
-      const auto start = Clock::now();
-      for (const auto& p : prompts) {
-        first_tokens.push_back(session.generate({p}, /*max_new_tokens=*/1).tokens[0][0]);
-      }
-      return seconds_since(start, device);
-    };
-    const double first = pass();
-    const double second = pass();
-    if (out == nullptr) return first_tokens;
-    out->first.push_back(first);
-    out->second.push_back(second);
-    const RunnerStats stats = session.prefill_stats();
-    out->stats = to_json(stats);
-    out->captures = stats.captures;
-    out->keys = static_cast<int64_t>(stats.keys.size());
-    int64_t real = 0, padded = 0;
-    for (const KeyStats& k : stats.keys) {
-      real += k.real_tokens;
-      padded += k.padded_tokens;
-    }
-    out->padded_fraction =
-        real + padded > 0 ? static_cast<double>(padded) / static_cast<double>(real + padded) : 0.0;
-    return first_tokens;
-  };
-
-  // Warm-up (thread pools, allocator, kernel selection): one untimed
-  // session per mode on a few prompts.
-  {
-    const auto all = prompts;
-    prompts.resize(std::min<size_t>(prompts.size(), 4));
-    for (ServeMode m : modes) run_mode(m, nullptr);
-    prompts = all;
-  }
   std::vector<PassTimes> times(modes.size());
-  std::vector<std::vector<int64_t>> tokens_of(modes.size());
-  for (int r = 0; r < o.reps; ++r) {
-    for (size_t j = 0; j < modes.size(); ++j) {
-      const size_t i = (j + static_cast<size_t>(r)) % modes.size();
-      tokens_of[i] = run_mode(modes[i], &times[i]);
-    }
-  }
+  const std::vector<std::vector<int64_t>> tokens_of =
+      time_modes(*model, prompts, modes, max_len, device, o.reps, &times);
   const bool same_tokens = tokens_of[0] == tokens_of[1] && tokens_of[1] == tokens_of[2];
   // Agreement with eager, token by token: in reduced precision on a GPU a
   // padded shape may run other GEMM kernels than the exact one, and a
@@ -156,26 +219,8 @@ int main(int argc, char** argv) try {
     return n;
   };
 
-  fmt::print("\n{:<12} {:>9} {:>6} {:>16} {:>26} {:>26}\n", "mode", "captures", "keys",
-             "padded tokens", "first pass s [p10, p90]", "second pass s [p10, p90]");
-  Json rows = Json::array();
-  std::vector<Stats> first(modes.size()), second(modes.size());
-  for (size_t i = 0; i < modes.size(); ++i) {
-    first[i] = summarize_keep(times[i].first);
-    second[i] = summarize_keep(times[i].second);
-    fmt::print(
-        "{:<12} {:>9} {:>6} {:>15.1f}% {:>26} {:>26}\n", to_string(modes[i]), times[i].captures,
-        times[i].keys, 100.0 * times[i].padded_fraction,
-        fmt::format("{:.3f} [{:.3f}, {:.3f}]", first[i].median, first[i].p10, first[i].p90),
-        fmt::format("{:.3f} [{:.3f}, {:.3f}]", second[i].median, second[i].p10, second[i].p90));
-    rows.push_back(Json::object({{"mode", to_string(modes[i])},
-                                 {"captures", times[i].captures},
-                                 {"keys", times[i].keys},
-                                 {"padded_fraction", times[i].padded_fraction},
-                                 {"first_pass_s", to_json(first[i])},
-                                 {"second_pass_s", to_json(second[i])},
-                                 {"runner", times[i].stats}}));
-  }
+  std::vector<Stats> first, second;
+  const Json rows = report_modes(modes, times, &first, &second);
   const Stats cold = paired_ratio(first[1], first[0]);
   const Stats padded = paired_ratio(second[0], second[1]);
   const Stats vs_eager = paired_ratio(second[0], second[2]);

@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
-"""Finds C++ function bodies longer than a limit (default 80 lines).
+"""Finds C++ and Python functions longer than a limit (default 80 lines).
 
     python3 scripts/check_function_length.py [--max N] [PATH ...]
     python3 scripts/check_function_length.py --top N
     python3 scripts/check_function_length.py --per-dir
 
-Without --top or --per-dir it is a check: it scans the C++ sources (*.hpp,
-*.h, *.cpp, *.cu, *.cuh) under include/, src/, reference/, apps/, flags/, python/
-and aoti/ (or the PATHs given), lists every function whose body is longer than --max lines as
-`file:line name length`, and exits 1 if there is one, else 0.
+Without --top or --per-dir it is a check: it reads every C++ (*.hpp, *.h,
+*.cpp, *.cu, *.cuh) and Python (*.py) source of the repository that git
+lists (tracked files, and new files git does not ignore, so build trees and
+virtual environments never count; a file under a third_party/, vendor/ or
+generated/ folder is skipped) -- include/, src/, reference/, apps/, flags/,
+python/, aoti/, benchmarks/, tests/, tools/, examples/, scripts/ and the
+root's setup.py -- or the PATHs given (files or folders), lists every
+function longer than --max lines as `file:line name length`, and exits 1 if
+there is one, else 0.
 
-A body's length counts from the line of its opening brace to the line of
+A C++ body's length counts from the line of its opening brace to the line of
 its closing brace. Lambdas, local classes and blocks inside a function count
 towards that function; namespace, class, struct, union and enum braces are
 not functions, but member functions defined inside a class are. Comments,
@@ -20,14 +25,23 @@ parser is a heuristic, not a compiler: a function body is a brace at
 namespace or class level that follows a parameter list `)` (plus qualifiers,
 a trailing return type or a constructor's initializer list).
 
---top N prints the N longest functions; --per-dir prints the lines of code
-(non-blank, non-comment) of the tracked source files per top-level directory
-of the repository. Both are reports: they exit 0.
+A Python function's length counts from its `def` line to the last line of
+its body (the `ast` module's lineno to end_lineno: decorators and trailing
+blank or comment lines are not counted). Functions and classes defined
+inside a function count towards it, like a C++ lambda; methods of a
+module-level class are functions of their own (`Class.method`).
 
-Needs only Python 3.8+; git is used for --per-dir when present.
+--top N prints the N longest functions, C++ and Python together; --per-dir
+prints the lines of code (non-blank, non-comment) of the tracked source
+files per top-level directory of the repository. Both are reports: they
+exit 0.
+
+Needs only Python 3.8+ (for end_lineno); without git it walks the folders
+named above instead.
 """
 
 import argparse
+import ast
 import os
 import re
 import subprocess
@@ -36,7 +50,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CXX_SUFFIXES = (".hpp", ".h", ".cpp", ".cu", ".cuh")
-DEFAULT_DIRS = ("include", "src", "reference", "apps", "flags", "python", "aoti")
+PY_SUFFIXES = (".py",)
+SOURCE_SUFFIXES = CXX_SUFFIXES + PY_SUFFIXES
+# Where the sources are when git cannot list them.
+DEFAULT_DIRS = ("include", "src", "reference", "apps", "flags", "python", "aoti", "benchmarks",
+                "tests", "tools", "examples", "scripts")
+# Folders whose files are not this project's to split: never read.
+SKIPPED_DIRS = ("third_party", "vendor", "generated")
 
 
 def blank_cxx(text, code_too=True):
@@ -235,6 +255,13 @@ def find_functions(text):
         print(f"warning: {len(stack)} unclosed brace(s); results may be off", file=sys.stderr)
 
 
+def skipped(path):
+    """True for a build tree, a virtual environment, a hidden folder or a
+    third-party or generated one."""
+    return any(part.startswith((".", "build")) or part in SKIPPED_DIRS or part == "__pycache__"
+               for part in path.parts[:-1])
+
+
 def source_files(paths):
     for base in paths:
         base = Path(base)
@@ -242,10 +269,48 @@ def source_files(paths):
             yield base
             continue
         for dirpath, dirnames, filenames in os.walk(base):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "build")))
+            dirnames[:] = sorted(d for d in dirnames
+                                 if not d.startswith((".", "build")) and d not in SKIPPED_DIRS
+                                 and d != "__pycache__")
             for f in sorted(filenames):
-                if f.endswith(CXX_SUFFIXES):
+                if f.endswith(SOURCE_SUFFIXES):
                     yield Path(dirpath) / f
+
+
+def repository_sources():
+    """Every C++ and Python source git lists (tracked, or new and not
+    ignored), outside skipped folders; None without git."""
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others",
+                              "--exclude-standard"], capture_output=True, check=True)
+        out = out.stdout.decode()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    rels = sorted({Path(p) for p in out.split("\0") if p.endswith(SOURCE_SUFFIXES)})
+    return [ROOT / p for p in rels
+            if not skipped(p) and (ROOT / p).is_file() and not (ROOT / p).is_symlink()]
+
+
+def python_functions(text, path="<text>"):
+    """Yields (line, name, length) for every Python function that is not
+    inside another function: module-level ones and methods of classes that
+    are not inside a function. Length: the def line to the body's last."""
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as e:
+        print(f"warning: {path}: not parsed ({e.msg}, line {e.lineno})", file=sys.stderr)
+        return
+
+    def visit(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield child.lineno, prefix + child.name, child.end_lineno - child.lineno + 1
+            elif isinstance(child, ast.ClassDef):
+                yield from visit(child, prefix + child.name + ".")
+            else:  # if/try/with blocks at module or class level
+                yield from visit(child, prefix)
+
+    yield from visit(tree, "")
 
 
 def display(path):
@@ -259,7 +324,9 @@ def all_functions(paths):
     found = []
     for path in source_files(paths):
         text = path.read_text(encoding="utf-8", errors="replace")
-        for line, name, length in find_functions(text):
+        functions = (python_functions(text, display(path)) if path.name.endswith(PY_SUFFIXES)
+                     else find_functions(text))
+        for line, name, length in functions:
             found.append((display(path), line, name, length))
     return found
 
@@ -310,14 +377,16 @@ def per_dir():
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("paths", nargs="*", help="files or folders (default: "
-                        + ", ".join(DEFAULT_DIRS) + " of the repository)")
+    parser.add_argument("paths", nargs="*", help="files or folders (default: every C++ and Python "
+                        "source git lists, outside third-party and generated folders)")
     parser.add_argument("--max", type=int, default=80, help="longest allowed body (default 80)")
     parser.add_argument("--top", type=int, metavar="N", help="print the N longest functions (a report: exit 0)")
     parser.add_argument("--per-dir", action="store_true",
                         help="print lines of code per top-level directory (a report: exit 0)")
     args = parser.parse_args(argv)
-    paths = args.paths or [ROOT / d for d in DEFAULT_DIRS if (ROOT / d).exists()]
+    paths = args.paths or repository_sources()
+    if paths is None:  # no git: walk the folders that hold sources
+        paths = [ROOT / d for d in DEFAULT_DIRS if (ROOT / d).exists()]
 
     if args.top is not None or args.per_dir:
         if args.top is not None:

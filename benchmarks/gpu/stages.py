@@ -42,7 +42,7 @@ COMMON = ["CMakeLists.txt", "cmake", "include", "src", "reference", "flags",
 BENCH = ["benchmarks/CMakeLists.txt", "benchmarks/bench_util.hpp", "benchmarks/bench_model.hpp"]
 CUDA_TESTS = ["tests/CMakeLists.txt", "tests/cuda", "tests/support", "tests/support.hpp",
               "tests/main.cpp"]
-HF = ["apps", "benchmarks/hf_compare.py"]
+HF = ["apps", "benchmarks/hf_compare.py", "benchmarks/hf_compare_parts"]
 
 # name: (tier, planned seconds, its own sources). Tiers (docs/gpu.md): 1 the
 # build and the [cuda] tests, 2 memcheck, 3 llama-3.2-1b decode, 4 against
@@ -72,7 +72,7 @@ STAGES = {
                       "benchmarks/gpu/aoti.sh", "tests/reference/hf/make_reference.py"]),
     "hf_serving": (6, 90, ["benchmarks/hf_serving.py", "benchmarks/serving.cpp"]),
     "hf_compare": (6, 180, HF),
-    "hf_seeds": (6, 180, ["python", "benchmarks/hf_compare.py"]),
+    "hf_seeds": (6, 180, ["python", "benchmarks/hf_compare.py", "benchmarks/hf_compare_parts"]),
     "hf_quantized": (6, 60, ["python", "tests/python/test_hf_quantized.py",
                              "tests/python/conftest.py"]),
 }

@@ -75,21 +75,19 @@ def serve(exe, lines, extra=()):
     return [json.loads(line) for line in run.stdout.splitlines()]
 
 
-def main():
-    exe, demo = sys.argv[1], sys.argv[2]
-    failures = []
-
-    def check(ok, what):
-        print(("ok   " if ok else "FAIL ") + what)
-        if not ok:
-            failures.append(what)
-
+def expected_tokens(demo):
+    """statickv-demo's greedy tokens for PROMPTS: what every reply must equal."""
     ids = ";".join(",".join(map(str, p)) for p in PROMPTS)
-    expected = [[int(t) for t in line.split(",")] for line in subprocess.run(
+    return [[int(t) for t in line.split(",")] for line in subprocess.run(
         [demo, "--shape", "tiny", "--prompt-ids", ids, "--max-new-tokens", str(NEW),
          "--no-compare", "--print-ids", "--dtype", "fp32", "--device", "cpu"],
         capture_output=True, text=True, check=True).stdout.splitlines()[-len(PROMPTS):]]
 
+
+def request_lines(expected):
+    """The JSON lines sent to statickv-serve: PROMPTS with bad lines between
+    them, then stop, cancel, sampling, long, bias, logprobs and ignore_eos
+    requests."""
     lines = []
     for i, p in enumerate(PROMPTS):
         lines.append(json.dumps({"id": i, "prompt": p, "max_new_tokens": NEW}))
@@ -112,7 +110,11 @@ def main():
               json.dumps({"id": "lp", "prompt": PROMPTS[1], "max_new_tokens": 4, "logprobs": 2}),
               json.dumps({"id": "noeos", "prompt": [3, 4], "max_new_tokens": 6,
                           "ignore_eos": True, "min_tokens": 2})]
-    replies = serve(exe, lines, ["--eager"]) if "--eager" in sys.argv else serve(exe, lines)
+    return lines
+
+
+def check_replies(replies, expected, check):
+    """Every reply of request_lines()'s run, checked."""
     by_id = {}
     for r in replies:
         by_id.setdefault(json.dumps(r["id"]), []).append(r)
@@ -150,9 +152,12 @@ def main():
     noeos = by_id.get('"noeos"', [{}])[0]
     check(noeos.get("finish") == "length" and len(noeos.get("tokens", [])) == 6,
           "ignore_eos and min_tokens accepted; it runs to max_new_tokens")
-    # Speculation with a draft model on its own cache (rows mirroring the
-    # target's): greedy tokens unchanged. --draft-shape tiny with the same
-    # seed is the target itself, so every draft is accepted.
+
+
+def check_speculation(exe, expected, check):
+    """Speculation with a draft model on its own cache (rows mirroring the
+    target's): greedy tokens unchanged. --draft-shape tiny with the same
+    seed is the target itself, so every draft is accepted."""
     mode = ["--eager"] if "--eager" in sys.argv else []
     good = [json.dumps({"id": i, "prompt": p, "max_new_tokens": NEW})
             for i, p in enumerate(PROMPTS)]
@@ -166,6 +171,22 @@ def main():
               f"--draft-shape {shape} --speculate 3: tokens equal statickv-demo's")
         check(f"by draft model {shape} (random weights); {rate}" in run.stderr,
               f"--draft-shape {shape}: the acceptance rate is reported ({rate})")
+
+
+def main():
+    exe, demo = sys.argv[1], sys.argv[2]
+    failures = []
+
+    def check(ok, what):
+        print(("ok   " if ok else "FAIL ") + what)
+        if not ok:
+            failures.append(what)
+
+    expected = expected_tokens(demo)
+    lines = request_lines(expected)
+    replies = serve(exe, lines, ["--eager"]) if "--eager" in sys.argv else serve(exe, lines)
+    check_replies(replies, expected, check)
+    check_speculation(exe, expected, check)
     print(f"\n{len(failures)} failures")
     return 1 if failures else 0
 

@@ -18,10 +18,11 @@ using namespace statickv;
 using namespace statickv::test;
 using namespace statickv::test::bad_input;
 
-TEST_CASE("every bad argument raises a named error and leaves the cache bit-identical",
-          "[errors]") {
-  const at::Tensor kv = at::zeros({3, 2, 1, 4});
-  const std::vector<BadCall> calls = {
+namespace {
+
+// Bad calls of prepare().
+std::vector<BadCall> prepare_calls() {
+  return {
       // prepare
       {"live_batch 0",
        [](Cache& c, const StepPlan&) { c.prepare(positions({3}), 0); },
@@ -96,6 +97,12 @@ TEST_CASE("every bad argument raises a named error and leaves the cache bit-iden
       {"attend_len -2",
        [](Cache& c, const StepPlan&) { c.prepare(positions({3}), 3, -2); },
        {"attend_len", "-1 (max_len)", "got -2"}},
+  };
+}
+
+// Bad calls of update(); `kv` (a good key and value) outlives the calls.
+std::vector<BadCall> update_calls(const at::Tensor& kv) {
+  return {
       // update
       {"layer -1",
        [&](Cache& c, const StepPlan& step) { c.update(-1, kv, kv, step); },
@@ -161,6 +168,12 @@ TEST_CASE("every bad argument raises a named error and leaves the cache bit-iden
          c.update(0, at::zeros({3, 2, 1, 4}).requires_grad_(), kv, step);
        },
        {"key", "not require grad", "NoGradGuard", "requires_grad=true"}},
+  };
+}
+
+// Bad calls of the step's and the cache's accessors, reset_rows and copy_row.
+std::vector<BadCall> accessor_and_row_calls() {
+  return {
       // the step's own accessors
       {"step.mask layer -1",
        [](Cache&, const StepPlan& step) { step.mask(-1); },
@@ -213,6 +226,12 @@ TEST_CASE("every bad argument raises a named error and leaves the cache bit-iden
        {"rows", "1-D", "[1, 1]"}},
       {"copy_row src", [](Cache& c, const StepPlan&) { c.copy_row(3, 0); }, {"src", "got 3"}},
       {"copy_row dst", [](Cache& c, const StepPlan&) { c.copy_row(0, -2); }, {"dst", "got -2"}},
+  };
+}
+
+// Bad calls of reorder() and more row operations.
+std::vector<BadCall> reorder_calls() {
+  return {
       {"reorder out of range",
        [](Cache& c, const StepPlan&) {
          c.reorder(positions({0, 5}));
@@ -262,6 +281,12 @@ TEST_CASE("every bad argument raises a named error and leaves the cache bit-iden
       {"reorder undefined",
        [](Cache& c, const StepPlan&) { c.reorder(at::Tensor()); },
        {"indices", "defined", "undefined"}},
+  };
+}
+
+// Bad calls of rollback(), save_row() and restore_row().
+std::vector<BadCall> rollback_and_state_calls() {
+  return {
       // rollback (fill() and the planned step leave every row at seq_length 4)
       {"rollback float",
        [](Cache& c, const StepPlan&) { c.rollback(at::zeros({1})); },
@@ -304,7 +329,18 @@ TEST_CASE("every bad argument raises a named error and leaves the cache bit-iden
        [](Cache& c, const StepPlan&) { c.rollback(at::Tensor()); },
        {"new_lengths", "defined", "undefined"}},
   };
+}
 
+}  // namespace
+
+TEST_CASE("every bad argument raises a named error and leaves the cache bit-identical",
+          "[errors]") {
+  const at::Tensor kv = at::zeros({3, 2, 1, 4});
+  std::vector<BadCall> calls;
+  for (std::vector<BadCall> group : {prepare_calls(), update_calls(kv), accessor_and_row_calls(),
+                                     reorder_calls(), rollback_and_state_calls()}) {
+    calls.insert(calls.end(), group.begin(), group.end());
+  }
   const std::vector<std::pair<const char*, std::vector<LayerType>>> layouts = {
       {"static", {LayerType::kFull, LayerType::kFull}},
       {"hybrid", {LayerType::kSliding, LayerType::kFull}},

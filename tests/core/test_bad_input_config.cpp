@@ -13,15 +13,18 @@ using namespace statickv;
 using namespace statickv::test;
 using namespace statickv::test::bad_input;
 
-TEST_CASE("every impossible config is refused by validate, both constructors and the estimate",
-          "[errors][config]") {
-  const CacheConfig base = config_for({LayerType::kFull, LayerType::kFull});
-  struct BadConfig {
-    std::string what;
-    std::function<void(CacheConfig&)> mutate;
-    std::vector<std::string> fragments;
-  };
-  const std::vector<BadConfig> cases = {
+namespace {
+
+// A config change that makes the config impossible, and what its error names.
+struct BadConfig {
+  std::string what;
+  std::function<void(CacheConfig&)> mutate;
+  std::vector<std::string> fragments;
+};
+
+// Every impossible change, one field (or one combination) at a time.
+std::vector<BadConfig> bad_configs() {
+  return {
       {"num_layers 0",
        [](CacheConfig& c) {
          c.num_layers = 0;
@@ -87,6 +90,14 @@ TEST_CASE("every impossible config is refused by validate, both constructors and
        },
        {"CacheConfig", "< 2^63 bytes", "4611686018427387903 layers"}},
   };
+}
+
+}  // namespace
+
+TEST_CASE("every impossible config is refused by validate, both constructors and the estimate",
+          "[errors][config]") {
+  const CacheConfig base = config_for({LayerType::kFull, LayerType::kFull});
+  const std::vector<BadConfig> cases = bad_configs();
   for (const BadConfig& bad : cases) {
     CacheConfig config = base;
     bad.mutate(config);

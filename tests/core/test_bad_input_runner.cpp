@@ -12,26 +12,14 @@ using namespace statickv;
 using namespace statickv::test;
 using namespace statickv::test::bad_input;
 
-TEST_CASE("GraphRunner names each bad argument and leaves the cache and its stats unchanged",
-          "[errors][runner]") {
-  const CacheConfig c = config_for({LayerType::kSliding, LayerType::kFull})
-                            .head_dim(8)
-                            .max_batch(4)
-                            .max_len(32)
-                            .max_chunk(8);
-  HybridCache cache(c);
-  GraphRunner::Options options;
-  options.batch_buckets = ShapeBuckets::powers_of_two(4);
-  options.query_buckets = ShapeBuckets::powers_of_two(8);
-  options.attend_buckets = ShapeBuckets::multiples_of(8, 32);
-  GraphRunner runner(attention_step_inputs({}, at::kFloat), attention_step_fn(cache), options);
-  runner.run({positions(2, {0, 1, 0, 1}), at::randn({2, 2, 2, 8}), at::randn({2, 2, 4, 8})}, 8);
-  const at::Tensor pos = positions(1, {2, 3});
-  const at::Tensor kv = at::zeros({1, 2, 2, 8});
-  const at::Tensor q = at::zeros({1, 2, 4, 8});
-  const Snapshot before(cache);
-  const RunnerStats stats_before = runner.stats();
-  expect_errors({
+namespace {
+
+// Bad inputs of a runner over a hybrid cache (2 kv heads of 8, 4 query
+// heads; batch, q and attend buckets up to 4, 8 and 32); `pos`, `kv` and `q`
+// are a good step's inputs, which the calls outlive.
+std::vector<Bad> bad_inputs(GraphRunner& runner, const at::Tensor& pos, const at::Tensor& kv,
+                            const at::Tensor& q) {
+  return {
       {"no inputs", [&] { runner.run({}, 8); }, {"inputs", "3 tensors", "got 0"}},
       {"undefined input",
        [&] {
@@ -63,6 +51,14 @@ TEST_CASE("GraphRunner names each bad argument and leaves the cache and its stat
          runner.run({pos, kv, at::zeros({2, 2, 4, 8})}, 8);
        },
        {"inputs[2] (query)", "like inputs[0]", "[2, 2]"}},
+  };
+}
+
+// Bad sizes past (or below) the runner's buckets, bad keys, and positions
+// the cache refuses.
+std::vector<Bad> bad_sizes(GraphRunner& runner, const at::Tensor& pos, const at::Tensor& kv,
+                           const at::Tensor& q) {
+  return {
       {"batch past the largest bucket",
        [&] {
          runner.run({at::zeros({5, 1}, i64()), at::zeros({5, 1, 2, 8}), at::zeros({5, 1, 4, 8})},
@@ -109,7 +105,32 @@ TEST_CASE("GraphRunner names each bad argument and leaves the cache and its stat
          runner.run({positions(1, {8, 9}), kv, q}, 8);
        },
        {"cache_position[0, 0]", "attend_len=8", "got 8"}},
-  });
+  };
+}
+
+}  // namespace
+
+TEST_CASE("GraphRunner names each bad argument and leaves the cache and its stats unchanged",
+          "[errors][runner]") {
+  const CacheConfig c = config_for({LayerType::kSliding, LayerType::kFull})
+                            .head_dim(8)
+                            .max_batch(4)
+                            .max_len(32)
+                            .max_chunk(8);
+  HybridCache cache(c);
+  GraphRunner::Options options;
+  options.batch_buckets = ShapeBuckets::powers_of_two(4);
+  options.query_buckets = ShapeBuckets::powers_of_two(8);
+  options.attend_buckets = ShapeBuckets::multiples_of(8, 32);
+  GraphRunner runner(attention_step_inputs({}, at::kFloat), attention_step_fn(cache), options);
+  runner.run({positions(2, {0, 1, 0, 1}), at::randn({2, 2, 2, 8}), at::randn({2, 2, 4, 8})}, 8);
+  const at::Tensor pos = positions(1, {2, 3});
+  const at::Tensor kv = at::zeros({1, 2, 2, 8});
+  const at::Tensor q = at::zeros({1, 2, 4, 8});
+  const Snapshot before(cache);
+  const RunnerStats stats_before = runner.stats();
+  expect_errors(bad_inputs(runner, pos, kv, q));
+  expect_errors(bad_sizes(runner, pos, kv, q));
   CHECK(before.same_as(cache));
   const RunnerStats stats_after = runner.stats();
   CHECK(stats_after.eager_runs == stats_before.eager_runs);

@@ -33,29 +33,31 @@ struct Counts {
   int64_t steps = 0, tokens = 0, joins = 0, finishes = 0, forks = 0, aborts = 0, reorders = 0;
 };
 
-}  // namespace
+// The serving loop: one cache, a keep-every-token reference per layer kind,
+// what the loop knows about each row, and its random choices.
+struct Soak {
+  Soak()
+      : cache(ConfigBuilder().max_batch(kMaxBatch).max_len(kMaxLen).hybrid(kWindow, kChunk)),
+        ref_sliding(kMaxBatch, kKvHeads, kMaxLen, kDim, kWindow),
+        ref_full(kMaxBatch, kKvHeads, kMaxLen, kDim, /*window=*/0),
+        rows(kMaxBatch),
+        rng(20261201) {
+    at::manual_seed(20261201);
+  }
 
-TEST_CASE("thousands of churned steps in a max_batch-row cache match a keep-every-token reference",
-          "[soak]") {
-  HybridCache cache(ConfigBuilder().max_batch(kMaxBatch).max_len(kMaxLen).hybrid(kWindow, kChunk));
-  ReferenceLayer ref_sliding(kMaxBatch, kKvHeads, kMaxLen, kDim, kWindow);
-  ReferenceLayer ref_full(kMaxBatch, kKvHeads, kMaxLen, kDim, /*window=*/0);
-  std::vector<Row> rows(kMaxBatch);
-  std::mt19937_64 rng(20261201);
-  at::manual_seed(20261201);
-  auto uniform = [&](int64_t lo, int64_t hi) {  // inclusive
+  int64_t uniform(int64_t lo, int64_t hi) {  // inclusive
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-  };
-  auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
-  auto reset = [&](const std::vector<int64_t>& which) {
+  }
+  bool chance(double p) { return std::bernoulli_distribution(p)(rng); }
+  void reset(const std::vector<int64_t>& which) {
     cache.reset_rows(at::tensor(which, i64()));
     for (int64_t r : which) {
       ref_sliding.reset_row(r);
       ref_full.reset_row(r);
       rows[r] = Row{};
     }
-  };
-  auto pick = [&](bool want_active, bool decoding) -> int64_t {
+  }
+  int64_t pick(bool want_active, bool decoding) {
     std::vector<int64_t> candidates;
     for (int64_t r = 0; r < kMaxBatch; ++r) {
       if (rows[r].active == want_active && (!decoding || rows[r].prompt == 0)) {
@@ -64,12 +66,10 @@ TEST_CASE("thousands of churned steps in a max_batch-row cache match a keep-ever
     }
     if (candidates.empty()) return -1;
     return candidates[static_cast<size_t>(uniform(0, static_cast<int64_t>(candidates.size()) - 1))];
-  };
+  }
 
-  const auto before = addresses(cache);
-  Counts n;
-  double worst = 0;
-  while (n.steps < kSteps) {
+  // Between steps: sequences finish, are aborted, fork, are reordered and join.
+  void churn() {
     // Finished sequences leave together, in one reset_rows.
     std::vector<int64_t> done;
     for (int64_t r = 0; r < kMaxBatch; ++r) {
@@ -121,14 +121,12 @@ TEST_CASE("thousands of churned steps in a max_batch-row cache match a keep-ever
         ++n.joins;
       }
     }
+  }
 
-    // One step: prefilling rows feed a chunk, decoding rows one token, free
-    // rows and the rest of short rows are padding (-1), at random columns.
-    int64_t live = 0;
-    for (int64_t r = 0; r < kMaxBatch; ++r) {
-      if (rows[r].active) live = r + 1;
-    }
-    if (live == 0) continue;
+  // One step's positions [live, q]: prefilling rows feed a chunk, decoding
+  // rows one token, free rows and the rest of short rows are padding (-1),
+  // at random columns. Advances the rows; `highest` gets the longest row.
+  at::Tensor step_positions(int64_t live, int64_t* highest) {
     std::vector<int64_t> count(static_cast<size_t>(live), 0);
     for (int64_t r = 0; r < live; ++r) {
       if (!rows[r].active) continue;
@@ -136,16 +134,29 @@ TEST_CASE("thousands of churned steps in a max_batch-row cache match a keep-ever
     }
     const int64_t q = *std::max_element(count.begin(), count.end());
     std::vector<int64_t> pos_values(static_cast<size_t>(live * q), -1);
-    int64_t highest = 0;
     for (int64_t r = 0; r < live; ++r) {
       const int64_t offset = uniform(0, q - count[r]);
       for (int64_t t = 0; t < count[r]; ++t) pos_values[r * q + offset + t] = rows[r].length + t;
       rows[r].length += count[r];
       rows[r].prompt = std::max<int64_t>(rows[r].prompt - count[r], 0);
-      highest = std::max(highest, rows[r].length);
+      *highest = std::max(*highest, rows[r].length);
       n.tokens += count[r];
     }
-    const at::Tensor pos = at::tensor(pos_values, i64()).view({live, q});
+    return at::tensor(pos_values, i64()).view({live, q});
+  }
+
+  // One step of every active row, checked against the references; false
+  // when no row is active (no step).
+  template <typename Addresses>
+  bool step(const Addresses& before) {
+    int64_t live = 0;
+    for (int64_t r = 0; r < kMaxBatch; ++r) {
+      if (rows[r].active) live = r + 1;
+    }
+    if (live == 0) return false;
+    int64_t highest = 0;
+    const at::Tensor pos = step_positions(live, &highest);
+    const int64_t q = pos.size(1);
     // Full layers attend a 16-aligned prefix, as attend-length buckets do.
     const int64_t attend = std::min<int64_t>((highest + 15) / 16 * 16, kMaxLen);
 
@@ -153,18 +164,18 @@ TEST_CASE("thousands of churned steps in a max_batch-row cache match a keep-ever
     const at::Tensor value = at::randn({live, kKvHeads, q, kDim});
     const at::Tensor key2 = at::randn({live, kKvHeads, q, kDim});
     const at::Tensor query = at::randn({live, kHeads, q, kDim});
-    StepPlan step = cache.prepare(pos, live, attend);
-    KV slide = cache.update(0, key, value, step);
-    KV full = cache.update(1, key2, value, step);
+    StepPlan plan = cache.prepare(pos, live, attend);
+    KV slide = cache.update(0, key, value, plan);
+    KV full = cache.update(1, key2, value, plan);
     ref_sliding.write(pos, key, value);
     ref_full.write(pos, key2, value);
     const at::Tensor real = pos.ge(0).view({live, 1, q, 1});
     const at::Tensor zero = at::zeros({}, f32());
     const double d_sliding = max_diff(
-        at::where(real, sdpa_attention(query, slide.keys, slide.values, step.mask(0)), zero),
+        at::where(real, sdpa_attention(query, slide.keys, slide.values, plan.mask(0)), zero),
         at::where(real, ref_sliding.attend(query, pos), zero));
     const double d_full = max_diff(
-        at::where(real, reference_attention(query, full.keys, full.values, step.mask(1)), zero),
+        at::where(real, reference_attention(query, full.keys, full.values, plan.mask(1)), zero),
         at::where(real, ref_full.attend(query, pos), zero));
     std::vector<int64_t> lengths;
     for (const Row& row : rows) lengths.push_back(row.length);
@@ -174,11 +185,31 @@ TEST_CASE("thousands of churned steps in a max_batch-row cache match a keep-ever
     REQUIRE(at::equal(cache.seq_lengths(), at::tensor(lengths, i64())));
     REQUIRE(addresses(cache) == before);
     worst = std::max({worst, d_sliding, d_full});
-    ++n.steps;
+    return true;
+  }
+
+  HybridCache cache;
+  ReferenceLayer ref_sliding, ref_full;
+  std::vector<Row> rows;
+  std::mt19937_64 rng;
+  Counts n;
+  double worst = 0;
+};
+
+}  // namespace
+
+TEST_CASE("thousands of churned steps in a max_batch-row cache match a keep-every-token reference",
+          "[soak]") {
+  Soak soak;
+  const Counts& n = soak.n;
+  const auto before = addresses(soak.cache);
+  while (n.steps < kSteps) {
+    soak.churn();
+    if (soak.step(before)) ++soak.n.steps;
   }
   INFO("tokens " << n.tokens << " joins " << n.joins << " finishes " << n.finishes << " forks "
                  << n.forks << " aborts " << n.aborts << " reorders " << n.reorders
-                 << " worst diff " << worst);
+                 << " worst diff " << soak.worst);
   CHECK(n.steps == kSteps);
   // The run really churned: every kind of event happened many times.
   CHECK(n.tokens > 5 * kSteps);

@@ -146,13 +146,21 @@ class Session {
   void bad_call() {
     ++stats.bad_calls;
     const Snapshot before(cache_);
-    const int64_t b = max_batch();
-    const int64_t layers = cache_.num_layers();
-    const int64_t chunk = cache_.config().effective_max_chunk();
-    const at::Tensor kv = at::zeros({b, cache_.config().num_kv_heads, 1, cache_.config().head_dim});
-    const at::Tensor pos = at::zeros({1}, at::kLong);
     const int64_t kind = in_.range(0, 15);
     const std::string what = "bad call " + std::to_string(kind);
+    if (kind <= 6) {
+      bad_prepare(kind, what);
+    } else {
+      bad_update_or_row_op(kind, what);
+    }
+    FUZZ_CHECK(before.same_as(cache_), what + " changed the cache");
+  }
+
+  // bad_call()'s kinds 0 to 6: a bad prepare().
+  void bad_prepare(int64_t kind, const std::string& what) {
+    const int64_t b = max_batch();
+    const int64_t chunk = cache_.config().effective_max_chunk();
+    const at::Tensor pos = at::zeros({1}, at::kLong);
     switch (kind) {
       case 0:
         expect_error([&] { cache_.prepare(pos, in_.flip() ? 0 : b + 1 + in_.range(0, 3)); },
@@ -190,6 +198,15 @@ class Session {
                        what);
         }
         break;
+    }
+  }
+
+  // bad_call()'s kinds 7 to 15: a bad update() or row operation.
+  void bad_update_or_row_op(int64_t kind, const std::string& what) {
+    const int64_t b = max_batch();
+    const int64_t layers = cache_.num_layers();
+    const at::Tensor kv = at::zeros({b, cache_.config().num_kv_heads, 1, cache_.config().head_dim});
+    switch (kind) {
       case 7:
         if (last_step_) {
           expect_error(
@@ -249,20 +266,15 @@ class Session {
         }
         break;
     }
-    FUZZ_CHECK(before.same_as(cache_), what + " changed the cache");
   }
 
-  // Positions of one step. Valid steps keep each row's positions past the
-  // newest it stored, which is what the model (keep every token) describes
-  // for ring layers too; chaos steps draw any int64 at all.
-  void step(bool chaos) {
-    const CacheConfig& c = cache_.config();
-    const int64_t b = in_.range(1, max_batch());
-    const int64_t q = in_.range(1, std::min<int64_t>(c.effective_max_chunk(), 6));
-    const bool shared = in_.flip();
+  // The positions of one step of b rows (one shared row when `shared`) of
+  // q columns; `rewinds` is set when a chaos position is one a row already
+  // stored.
+  std::vector<int64_t> step_positions(bool chaos, int64_t b, int64_t q, bool shared,
+                                      bool* rewinds) {
     const int64_t rows = shared ? 1 : b;
     std::vector<int64_t> pos(static_cast<size_t>(rows * q), -1);
-    bool rewinds = false;
     for (int64_t r = 0; r < rows; ++r) {
       int64_t newest = -1;
       for (int64_t i = 0; i < b; ++i) {
@@ -272,7 +284,7 @@ class Session {
         for (int64_t t = 0; t < q; ++t) {
           const int64_t p = in_.flip() ? in_.range(-2, max_len() + 2) : in_.extreme();
           pos[static_cast<size_t>(r * q + t)] = p;
-          if (p >= 0 && p < max_len() && p <= newest) rewinds = true;
+          if (p >= 0 && p < max_len() && p <= newest) *rewinds = true;
         }
         continue;
       }
@@ -296,6 +308,71 @@ class Session {
       }
       if (in_.range(0, 7) == 0) pos[static_cast<size_t>(r * q + cols[0])] = kMin + in_.range(0, 3);
     }
+    return pos;
+  }
+
+  // After an accepted step: poisons the rows the model can no longer vouch for.
+  void poison_rows(const std::vector<int64_t>& pos, bool chaos, bool rewinds, bool shared,
+                   int64_t b, int64_t q) {
+    const CacheConfig& c = cache_.config();
+    const int64_t rows = shared ? 1 : b;
+    // Which rows the model can still vouch for after this step.
+    for (int64_t i = 0; i < b; ++i) {
+      if (chaos && rewinds) model_.rows[static_cast<size_t>(i)].poisoned = true;
+    }
+    if (chaos && !rewinds && has_ring()) {
+      // Positions within one step spanning more than max_chunk may evict
+      // each other in a ring (newest wins): not what keep-every-token says.
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t lo = kMax, hi = -1;
+        for (int64_t t = 0; t < q; ++t) {
+          const int64_t p = pos[static_cast<size_t>(r * q + t)];
+          if (p >= 0 && p < max_len()) {
+            lo = std::min(lo, p);
+            hi = std::max(hi, p);
+          }
+        }
+        if (hi >= 0 && hi - lo >= c.effective_max_chunk()) {
+          for (int64_t i = 0; i < b; ++i) {
+            if (shared || i == r) model_.rows[static_cast<size_t>(i)].poisoned = true;
+          }
+        }
+      }
+    }
+  }
+
+  // Writes random keys and values to every layer and compares each layer's
+  // attention with the model's.
+  void write_and_compare(const StepPlan& s, const std::vector<int64_t>& pos, bool shared, int64_t b,
+                         int64_t q, int64_t attend) {
+    const CacheConfig& c = cache_.config();
+    const int64_t hq = c.num_kv_heads * group_;
+    const int64_t d = c.head_dim;
+    std::vector<float> query_values;
+    const at::Tensor query = random_tensor({b, hq, q, d}, &query_values);
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      std::vector<float> kv_k, kv_v;
+      const at::Tensor key = random_tensor({b, c.num_kv_heads, q, d}, &kv_k);
+      const at::Tensor value = random_tensor({b, c.num_kv_heads, q, d}, &kv_v);
+      const KV views = cache_.update(l, key, value, s);
+      model_.write(l, pos, shared, b, q, kv_k, kv_v);
+      const at::Tensor out =
+          reference_attention(query, views.keys, views.values, s.mask(l)).contiguous();
+      compare(l, out, query_values, pos, shared, b, q, attend);
+    }
+  }
+
+  // Positions of one step. Valid steps keep each row's positions past the
+  // newest it stored, which is what the model (keep every token) describes
+  // for ring layers too; chaos steps draw any int64 at all.
+  void step(bool chaos) {
+    const CacheConfig& c = cache_.config();
+    const int64_t b = in_.range(1, max_batch());
+    const int64_t q = in_.range(1, std::min<int64_t>(c.effective_max_chunk(), 6));
+    const bool shared = in_.flip();
+    const int64_t rows = shared ? 1 : b;
+    bool rewinds = false;
+    const std::vector<int64_t> pos = step_positions(chaos, b, q, shared, &rewinds);
     // Full layers attend a prefix: on the host it must hold every position.
     int64_t highest = 0;
     for (int64_t p : pos) {
@@ -330,44 +407,8 @@ class Session {
     const StepPlan& s = *planned;
     for (int64_t l = 0; l < c.num_layers; ++l) check_write_slots(l, s, pos, rows, q);
 
-    // Which rows the model can still vouch for after this step.
-    for (int64_t i = 0; i < b; ++i) {
-      if (chaos && rewinds) model_.rows[static_cast<size_t>(i)].poisoned = true;
-    }
-    if (chaos && !rewinds && has_ring()) {
-      // Positions within one step spanning more than max_chunk may evict
-      // each other in a ring (newest wins): not what keep-every-token says.
-      for (int64_t r = 0; r < rows; ++r) {
-        int64_t lo = kMax, hi = -1;
-        for (int64_t t = 0; t < q; ++t) {
-          const int64_t p = pos[static_cast<size_t>(r * q + t)];
-          if (p >= 0 && p < max_len()) {
-            lo = std::min(lo, p);
-            hi = std::max(hi, p);
-          }
-        }
-        if (hi >= 0 && hi - lo >= c.effective_max_chunk()) {
-          for (int64_t i = 0; i < b; ++i) {
-            if (shared || i == r) model_.rows[static_cast<size_t>(i)].poisoned = true;
-          }
-        }
-      }
-    }
-
-    const int64_t hq = c.num_kv_heads * group_;
-    const int64_t d = c.head_dim;
-    std::vector<float> query_values;
-    const at::Tensor query = random_tensor({b, hq, q, d}, &query_values);
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-      std::vector<float> kv_k, kv_v;
-      const at::Tensor key = random_tensor({b, c.num_kv_heads, q, d}, &kv_k);
-      const at::Tensor value = random_tensor({b, c.num_kv_heads, q, d}, &kv_v);
-      const KV views = cache_.update(l, key, value, s);
-      model_.write(l, pos, shared, b, q, kv_k, kv_v);
-      const at::Tensor out =
-          reference_attention(query, views.keys, views.values, s.mask(l)).contiguous();
-      compare(l, out, query_values, pos, shared, b, q, attend);
-    }
+    poison_rows(pos, chaos, rewinds, shared, b, q);
+    write_and_compare(s, pos, shared, b, q, attend);
     model_.advance(pos, shared, b, q);
     last_step_ = planned;
     stale_ = false;
