@@ -37,6 +37,8 @@ setup(
             # No -std: torch's builder picks its own standard (C++17 up to
             # 2.13, C++20 from 2.14, whose headers require it).
             extra_compile_args=["-O2"],
+            # Cache's bodies compiled here, not linked from the CMake library.
+            define_macros=[("STATICKV_HEADER_ONLY", None)],
         )
     ],
     # The extension is compiled against this torch's C++ ABI, so it needs

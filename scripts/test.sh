@@ -5,7 +5,7 @@
 # Environment:
 #   STATICKV_SANITIZERS=0     skip the sanitizer build and run (build-asan/)
 #   STATICKV_FUZZ_SECONDS=N   fuzz for N seconds (default 60; 0 skips; build-fuzz/)
-#   STATICKV_CLIENTS=0        no lm-eval or aiperf venvs in build/ (their ctests are left out)
+#   STATICKV_CLIENTS=0        no lm-eval, aiperf, guidellm venvs in build/ (no ctests for them)
 #   STATICKV_TORCH=V          a version run against torch V (2.11 to 2.15), in its own
 #                             .venv-torchV/ and build-torchV/ (the default's for 2.11.0):
 #                             the build, ctest without the real checkpoints (label
@@ -28,7 +28,8 @@ t_ctest=$SECONDS
 
 # Sanitizers: the test executables and the fuzz corpus replay, built with
 # -fsanitize=address,undefined (our code only: LibTorch is the prebuilt
-# wheel). -O0 -g1 halves the compile time of -O1 -g; the tests' run time is
+# wheel; header-only, so Cache's bodies are compiled, and checked, in each
+# test). -O0 -g1 halves the compile time of -O1 -g; the tests' run time is
 # LibTorch's either way. No ASAN_OPTIONS or suppressions are needed: the run
 # is clean as is, leak check included.
 if [ "${STATICKV_SANITIZERS:-1}" != 0 ]; then
@@ -38,6 +39,7 @@ if [ "${STATICKV_SANITIZERS:-1}" != 0 ]; then
     mkdir -p "$ASAN_DIR"
     cmake -S . -B "$ASAN_DIR" "${cmake_args[@]}" -DCMAKE_BUILD_TYPE=Debug \
       "-DCMAKE_CXX_FLAGS_DEBUG=-O0 -g1" -DSTATICKV_SANITIZE=address,undefined \
+      -DSTATICKV_HEADER_ONLY=ON \
       -DSTATICKV_BUILD_FUZZERS=ON -DSTATICKV_WITH_CUDA=OFF -DSTATICKV_REQUIRE_CUDA=OFF \
       -DSTATICKV_BUILD_REFERENCE=OFF -DSTATICKV_BUILD_BENCHMARKS=OFF -DSTATICKV_BUILD_EXAMPLES=OFF \
       -DSTATICKV_BUILD_AOTI=OFF -DSTATICKV_INSTALL=OFF \

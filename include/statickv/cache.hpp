@@ -304,4 +304,8 @@ class HybridCache : public Cache {
 
 }  // namespace statickv
 
+// The bodies: compiled into the library (src/cache.cpp), or here with
+// STATICKV_HEADER_ONLY (docs/design.md, "The library's build").
+#ifdef STATICKV_HEADER_ONLY
 #include <statickv/detail/cache_impl.hpp>
+#endif

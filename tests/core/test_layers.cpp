@@ -78,7 +78,8 @@ TEST_CASE("a policy names its type, window and buffer: capacity slots plus the s
   CHECK(capped.buffer_len() == 11);
 }
 
-TEST_CASE("slot_of sends every position outside [0, max_len) to the scratch slot", "[layers]") {
+TEST_CASE("slot_of sends every position below 0 or at max_len and past to the scratch slot",
+          "[layers]") {
   const FullAttentionLayer full(/*max_len=*/8);
   const SlidingWindowLayer ring(/*window=*/3, /*capacity=*/5, /*max_len=*/8);
   for (const int64_t p : {int64_t{-2}, int64_t{-7}, kLowest, int64_t{8}, int64_t{9}, kHighest}) {

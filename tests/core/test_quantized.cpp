@@ -10,6 +10,8 @@
 
 #include "support.hpp"
 
+#include <statickv/detail/quantize.hpp>
+
 #include <cmath>
 #include <cstdio>
 #include <limits>

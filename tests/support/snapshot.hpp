@@ -4,6 +4,7 @@
 // targets include it too.
 
 #include <statickv/cache.hpp>
+#include <statickv/detail/offload.hpp>  // Cache::offload_ring()'s buffers
 
 #include <ATen/ATen.h>
 
