@@ -1,10 +1,11 @@
 #pragma once
-// statickv-serve's one reader of JSON request fields, shared by the JSON
-// lines (protocol.cpp) and the HTTP API (openai.cpp): typed reads whose
-// refusals name the field, the expected and the actual value, and the
-// sampling head's fields both front ends take alike (docs/serving.md).
-// `Json` is nlohmann::json or nlohmann::ordered_json.
+// statickv-serve's reads of JSON request fields, shared by the JSON lines
+// (protocol.cpp) and the HTTP API (openai.cpp): the project's one field
+// reader (statickv/json/field_reader.hpp) and the sampling head's fields
+// both front ends take alike (docs/serving.md). `Json` is nlohmann::json or
+// nlohmann::ordered_json.
 
+#include <statickv/json/field_reader.hpp>
 #include <statickv/reference/sampling.hpp>
 
 #include <cmath>
@@ -17,51 +18,18 @@
 
 namespace statickv::serve {
 
+/// statickv::json::FieldReader (the one field reader) plus the fields both
+/// front ends read alike.
 template <class Json>
-class FieldReader {
+class FieldReader : public ::statickv::json::FieldReader<Json> {
  public:
-  /// Throws the front end's error for `field`: "<field>: expected <expected>
-  /// but got <got>". Must not return.
-  using Refuse =
-      std::function<void(const std::string& field, const std::string& expected, const Json& got)>;
-
-  explicit FieldReader(Refuse refuse) : refuse_(std::move(refuse)) {}
-
-  [[noreturn]] void refuse(const std::string& field, const std::string& expected,
-                           const Json& got) const {
-    refuse_(field, expected, got);
-    throw std::logic_error("FieldReader: the refuse callback returned");
-  }
-
-  /// `body` has `key` with a value other than null.
-  static bool given(const Json& body, const std::string& key) {
-    return body.contains(key) && !body[key].is_null();
-  }
-
-  int64_t integer(const Json& v, const std::string& field) const {
-    if (v.is_number_integer() && !(v.is_number_unsigned() &&
-                                   v.template get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
-      return v.template get<int64_t>();
-    }
-    refuse(field, "an integer", v);
-  }
-
-  double number(const Json& v, const std::string& field) const {
-    if (!v.is_number() || !std::isfinite(v.template get<double>())) {
-      refuse(field, "a finite number", v);
-    }
-    return v.template get<double>();
-  }
-
-  std::string text(const Json& v, const std::string& field) const {
-    if (!v.is_string()) refuse(field, "a string", v);
-    return v.template get<std::string>();
-  }
-
-  bool boolean(const Json& v, const std::string& field) const {
-    if (!v.is_boolean()) refuse(field, "a boolean", v);
-    return v.template get<bool>();
-  }
+  using Base = ::statickv::json::FieldReader<Json>;
+  using Base::Base;
+  using Base::boolean;
+  using Base::given;
+  using Base::integer;
+  using Base::number;
+  using Base::refuse;
 
   /// OpenAI's logit_bias: {"<token id>": bias, ...} (ids as decimal strings).
   std::vector<std::pair<int64_t, double>> logit_bias(const Json& v) const {
@@ -103,9 +71,6 @@ class FieldReader {
     if (given(body, "min_tokens")) s.min_tokens = integer(body["min_tokens"], "min_tokens");
     return given(body, "ignore_eos") && boolean(body["ignore_eos"], "ignore_eos");
   }
-
- private:
-  Refuse refuse_;
 };
 
 }  // namespace statickv::serve

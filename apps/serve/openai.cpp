@@ -21,7 +21,7 @@ using Body = nlohmann::ordered_json;
 namespace {
 
 [[noreturn]] void refuse(const std::string& field, const std::string& expected, const Body& got) {
-  throw ApiError(400, field + ": expected " + expected + " but got " + got.dump(), field);
+  throw ApiError(400, ::statickv::json::refusal(field, expected, got), field);
 }
 
 const FieldReader<Body>& reader() {
@@ -395,26 +395,23 @@ GenerationDefaults GenerationDefaults::load(const std::string& dir) {
   if (!config.is_object()) throw std::runtime_error(path.string() + ": malformed JSON");
   // A field of the wrong type is refused, naming it: a silent default
   // would serve other answers than transformers' generate.
-  const auto get = [&](const char* key, bool (json::*is)() const noexcept, const char* expected) {
-    const json value = config.contains(key) ? config[key] : json();
-    if (!value.is_null() && !(value.*is)())
-      throw std::runtime_error(path.string() + ": " + key + ": expected " + expected + " but got " +
-                               value.dump());
-    return value;
-  };
-  const json max_new = get("max_new_tokens", &json::is_number_integer, "an integer");
-  if (!max_new.is_null()) d.max_new_tokens = max_new.get<int64_t>();
-  if (get("do_sample", &json::is_boolean, "a boolean") != true) {  // greedy unless do_sample
-    d.temperature = 0.0;
+  const ::statickv::json::FieldReader<json> read(
+      [&](const std::string& field, const std::string& expected, const json& got) {
+        throw std::runtime_error(path.string() + ": " +
+                                 ::statickv::json::refusal(field, expected, got));
+      });
+  const auto given = [&](const char* key) { return read.given(config, key); };
+  if (given("max_new_tokens")) {
+    d.max_new_tokens = read.integer(config["max_new_tokens"], "max_new_tokens");
+  }
+  if (!given("do_sample") || !read.boolean(config["do_sample"], "do_sample")) {
+    d.temperature = 0.0;  // greedy unless do_sample
     return d;
   }
   // Sampling: the file's values, else transformers' GenerationConfig defaults.
-  const json temperature = get("temperature", &json::is_number, "a number");
-  const json top_p = get("top_p", &json::is_number, "a number");
-  const json top_k = get("top_k", &json::is_number_integer, "an integer");
-  d.temperature = temperature.is_null() ? 1.0 : temperature.get<double>();
-  d.top_p = top_p.is_null() ? 1.0 : top_p.get<double>();
-  d.top_k = top_k.is_null() ? 50 : top_k.get<int64_t>();
+  d.temperature = given("temperature") ? read.number(config["temperature"], "temperature") : 1.0;
+  d.top_p = given("top_p") ? read.number(config["top_p"], "top_p") : 1.0;
+  d.top_k = given("top_k") ? read.integer(config["top_k"], "top_k") : 50;
   return d;
 }
 

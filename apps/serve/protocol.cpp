@@ -18,7 +18,7 @@ namespace {
 
 [[noreturn]] void refuse(const std::string& field, const std::string& expected, const json& got,
                          const json& id) {
-  throw ProtocolError(field + ": expected " + expected + " but got " + got.dump(), id);
+  throw ProtocolError(::statickv::json::refusal(field, expected, got), id);
 }
 
 /// The one field reader (fields.hpp), its refusals carrying the line's id.

@@ -1,12 +1,14 @@
 #pragma once
-// Private to reference/checkpoint: reading files and JSON fields with
-// errors that name the file and the field ("config.json: expected field
-// \"vocab_size\" to be an integer but got ..."). One home for the rules
-// config.json, sharded indexes and safetensors headers share.
+// Private to reference/checkpoint: reading files, and JSON fields through
+// the one field reader (statickv/json/field_reader.hpp) with errors that
+// name the file and the field ("config.json: vocab_size: expected an
+// integer but got ..."), for config.json, sharded indexes and safetensors
+// headers.
 
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
+#include <statickv/json/field_reader.hpp>
 
 #include <cerrno>
 #include <cmath>
@@ -52,58 +54,41 @@ inline Json parse_json_file(const std::string& path) {
 }
 
 inline bool has(const Json& object, const char* key) {
-  auto it = object.find(key);
-  return it != object.end() && !it->is_null();
+  return ::statickv::json::FieldReader<Json>::given(object, key);
+}
+
+/// The one field reader (statickv/json/field_reader.hpp) for the file at
+/// `path`: its refusals are c10::Errors prefixed with the path, and an
+/// integer may be written as 8192.0, as some tools write config.json.
+inline ::statickv::json::FieldReader<Json> reader(const std::string& path) {
+  return ::statickv::json::FieldReader<Json>(
+      [path](const std::string& field, const std::string& expected, const Json& got) {
+        TORCH_CHECK(false, path, ": ", ::statickv::json::refusal(field, expected, got));
+      },
+      ::statickv::json::ReaderOptions{/*integral_floats=*/true});
 }
 
 /// `object[key]`, which must be present and not null. `where` names the
 /// field in messages ("rope_parameters.factor").
 inline const Json& require(const std::string& path, const Json& object, const char* key,
                            const std::string& where) {
-  auto it = object.find(key);
-  TORCH_CHECK(it != object.end() && !it->is_null(), path, ": expected field \"", where,
-              "\" but got none");
-  return *it;
+  return reader(path).required(object, key, where);
 }
 
 inline int64_t as_int(const std::string& path, const Json& value, const std::string& where) {
-  if (value.is_number_integer()) {
-    if (value.is_number_unsigned()) {
-      const uint64_t u = value.get<uint64_t>();
-      TORCH_CHECK(u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), path,
-                  ": expected field \"", where, "\" to fit in int64 but got ", u);
-      return static_cast<int64_t>(u);
-    }
-    return value.get<int64_t>();
-  }
-  // Some tools write integral fields as 8192.0.
-  if (value.is_number_float()) {
-    const double d = value.get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9.0e15) {
-      return static_cast<int64_t>(d);
-    }
-  }
-  TORCH_CHECK(false, path, ": expected field \"", where, "\" to be an integer but got ",
-              value.dump());
-  return 0;  // unreachable
+  return reader(path).integer(value, where);
 }
 
 inline double as_double(const std::string& path, const Json& value, const std::string& where) {
-  TORCH_CHECK(value.is_number(), path, ": expected field \"", where, "\" to be a number but got ",
-              value.dump());
-  return value.get<double>();
+  return reader(path).number(value, where);
 }
 
 inline bool as_bool(const std::string& path, const Json& value, const std::string& where) {
-  TORCH_CHECK(value.is_boolean(), path, ": expected field \"", where,
-              "\" to be true or false but got ", value.dump());
-  return value.get<bool>();
+  return reader(path).boolean(value, where);
 }
 
 inline std::string as_string(const std::string& path, const Json& value, const std::string& where) {
-  TORCH_CHECK(value.is_string(), path, ": expected field \"", where, "\" to be a string but got ",
-              value.dump());
-  return value.get<std::string>();
+  return reader(path).text(value, where);
 }
 
 inline int64_t required_int(const std::string& path, const Json& object, const char* key,

@@ -769,7 +769,7 @@ def check_bad_generation_config(c, exe, tiny, work):
     run = subprocess.run([exe, "--checkpoint", str(bad), *COMMON, "--http", "127.0.0.1:0"],
                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     err = run.stderr.strip()[-240:]
-    c(run.returncode != 0 and "generation_config.json: temperature: expected a number but got "
+    c(run.returncode != 0 and "generation_config.json: temperature: expected a finite number but got "
       '"warm"' in run.stderr, f"a string temperature is refused at start: exit {run.returncode}, "
       f"{err!r}")
 

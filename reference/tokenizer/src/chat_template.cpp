@@ -200,10 +200,8 @@ std::string config_template(const json& config, const fs::path& path) {
       }
     }
   }
-  throw std::runtime_error(path.string() +
-                           ": chat_template: expected a string or a list of {name, template} "
-                           "with a \"default\" one but got " +
-                           t.dump().substr(0, 80));
+  detail::reader(path).refuse("chat_template",
+                              "a string or a list of {name, template} with a \"default\" one", t);
 }
 
 /// The special tokens the template sees (transformers' special_tokens_map):

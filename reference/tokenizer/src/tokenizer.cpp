@@ -55,10 +55,10 @@ void add_eos_ids(const fs::path& path, std::vector<int64_t>& ids) {
   if (!config.is_object()) fail(path.string() + ": expected a JSON object");
   const auto it = config.find("eos_token_id");
   if (it == config.end() || it->is_null()) return;
+  const auto read = detail::reader(path);
   const auto add = [&](const json& id) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0) {
-      fail(path.string() + ": eos_token_id: expected a non-negative id or a list of them, got " +
-           it->dump());
+      read.refuse("eos_token_id", "a non-negative id or a list of them", *it);
     }
     if (std::find(ids.begin(), ids.end(), id.get<int64_t>()) == ids.end()) {
       ids.push_back(id.get<int64_t>());
@@ -71,12 +71,9 @@ void add_eos_ids(const fs::path& path, std::vector<int64_t>& ids) {
   }
 }
 
-std::string string_field(const fs::path& path, const json& object, const char* name) {
-  const auto it = object.find(name);
-  if (it == object.end() || !it->is_string()) {
-    fail(path.string() + ": expected a string field \"" + name + "\"");
-  }
-  return it->get<std::string>();
+std::string string_field(const fs::path& path, const json& object, const std::string& name) {
+  const auto read = detail::reader(path);
+  return read.text(read.required(object, name, name), name);
 }
 
 /// The ids a post-processor adds around one sequence: TemplateProcessing's
@@ -85,28 +82,33 @@ std::string string_field(const fs::path& path, const json& object, const char* n
 void read_template(const fs::path& path, const json& processor, std::vector<int64_t>& before,
                    std::vector<int64_t>& after) {
   if (processor.is_null()) return;
+  const auto read = detail::reader(path);
   const std::string type = string_field(path, processor, "type");
   if (type == "ByteLevel") return;
   if (type == "Sequence") {
-    for (const json& p : processor.at("processors")) read_template(path, p, before, after);
+    for (const json& p : read.required(processor, "processors", "post_processor.processors")) {
+      read_template(path, p, before, after);
+    }
     return;
   }
   if (type != "TemplateProcessing") {
-    fail(path.string() +
-         ": post_processor: expected TemplateProcessing, ByteLevel or a Sequence "
-         "of them but got " +
-         type);
+    read.refuse("post_processor.type", "TemplateProcessing, ByteLevel or a Sequence of them",
+                processor["type"]);
   }
-  const json& specials = processor.at("special_tokens");
+  const std::string field = "post_processor";
+  const json& specials = read.required(processor, "special_tokens", field + ".special_tokens");
   bool seen_sequence = false;
-  for (const json& piece : processor.at("single")) {
+  for (const json& piece : read.required(processor, "single", field + ".single")) {
     if (piece.contains("Sequence")) {
       seen_sequence = true;
       continue;
     }
-    const std::string name = piece.at("SpecialToken").at("id").get<std::string>();
-    for (const json& id : specials.at(name).at("ids")) {
-      (seen_sequence ? after : before).push_back(id.get<int64_t>());
+    const std::string where = field + ".single[].SpecialToken";
+    const std::string name = string_field(path, read.required(piece, "SpecialToken", where), "id");
+    const json& special = read.required(specials, name, field + ".special_tokens." + name);
+    for (const json& id :
+         read.required(special, "ids", field + ".special_tokens." + name + ".ids")) {
+      (seen_sequence ? after : before).push_back(read.integer(id, name + ".ids[]"));
     }
   }
 }
