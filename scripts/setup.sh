@@ -106,10 +106,11 @@ fi
 # scripts/test_python.sh needs the Python side alone.
 [ "${STATICKV_SETUP_PYTHON_ONLY:-0}" = 1 ] && return 0
 # The clients users point at servers, which the tests run as they are
-# (ctest serve_lm_eval and serve_aiperf, docs/serving.md): each in its own
-# venv in the build tree over .venv's packages (a .pth), so they run on the
-# project's torch and transformers and their dependencies never move those
-# pins. The default tree only; STATICKV_CLIENTS=0 leaves them out.
+# (ctest serve_lm_eval, serve_aiperf and serve_guidellm, docs/serving.md):
+# each in its own venv in the build tree over .venv's packages (a .pth), so
+# they run on the project's torch and transformers and their dependencies
+# never move those pins. The default tree only; STATICKV_CLIENTS=0 leaves
+# them out.
 client_venv() {  # NAME IMPORT-CHECK PACKAGE...
   local dir="$BUILD_DIR/venv-$1" check=$2
   shift 2
@@ -126,6 +127,7 @@ client_venv() {  # NAME IMPORT-CHECK PACKAGE...
 }
 client_venv lm-eval 'import lm_eval, tenacity, accelerate' "lm-eval[api,hf]==0.4.13"
 client_venv aiperf 'import aiperf' "aiperf==0.13.0"
+client_venv guidellm 'import guidellm' "guidellm==0.8.1"
 TORCH_PREFIX=$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 
 cmake_args=(-DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$TORCH_PREFIX" "-DSTATICKV_PYTHON=$VENV/bin/python")
