@@ -197,7 +197,7 @@ TEST_CASE("head_dim null or absent is hidden_size / num_attention_heads, else re
             .head_dim == 32);
 }
 
-TEST_CASE("llama's attention_bias puts biases on q, k, v and o; false when absent",
+TEST_CASE("llama's attention_bias puts biases on q, k, v and o, false when absent",
           "[checkpoint]") {
   TempDir tmp;
   const ModelConfig plain = config_from_text(tmp, tiny_config_with(R"("model_type": "llama")"));

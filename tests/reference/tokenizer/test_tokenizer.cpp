@@ -367,7 +367,7 @@ TEST_CASE("Gemma 3: streaming decode gives whole characters and decode's text", 
   require_stream(gemma3_checked().tok, gemma3_checked().expected, 10);
 }
 
-TEST_CASE("Gemma 3: eos ids are transformers'; <bos> and <eos> are special", "[gemma3]") {
+TEST_CASE("Gemma 3: eos ids are transformers', <bos> and <eos> are special", "[gemma3]") {
   const Tokenizer& tok = gemma3_checked().tok;
   CHECK(tok.eos_ids() == gemma3_checked().expected.at("eos_ids").get<std::vector<int64_t>>());
   CHECK(tok.is_eos(1));
