@@ -80,43 +80,43 @@ TEST_CASE("an additive mask keeps a fully masked row NaN-free through a softmax"
       at::allclose(at::matmul(masked, v), at::matmul(alone, v.index_select(2, kept)), 1e-5, 1e-6));
 }
 
-TEST_CASE("fold_key_padding blocks every query from the keys a row marks as padding", "[mask]") {
-  const at::Tensor mask = random_bools({3, 1, 4, 6}, 2);
+namespace {
+
+/// fold(mask, keep) on a random mask [3, 1, 4, 6] and keep [3, keys or
+/// queries], against the rule entry by entry: folded[b, i, j] = mask[b, i,
+/// j] and keep[b][j] (keys) or keep[b][i] (queries). The input mask is left
+/// as it was. Returns {mask, keep}.
+template <class Fold>
+std::pair<at::Tensor, at::Tensor> require_fold(Fold fold, bool by_key, uint64_t seed) {
+  const at::Tensor mask = random_bools({3, 1, 4, 6}, seed);
   const at::Tensor before = mask.clone();
-  const at::Tensor keep = random_bools({3, 6}, 3);
-  const at::Tensor folded = fold_key_padding(mask, keep);
+  const at::Tensor keep = random_bools({3, by_key ? 6 : 4}, seed + 1);
+  const at::Tensor folded = fold(mask, keep);
   REQUIRE(folded.scalar_type() == at::kBool);
   REQUIRE(folded.sizes() == mask.sizes());
   for (int64_t b = 0; b < 3; ++b) {
     for (int64_t i = 0; i < 4; ++i) {
       for (int64_t j = 0; j < 6; ++j) {
         INFO("row " << b << ", query " << i << ", key " << j);
-        CHECK(at4(folded, b, i, j) == (at4(mask, b, i, j) && keep[b][j].item<bool>()));
+        CHECK(at4(folded, b, i, j) == (at4(mask, b, i, j) && keep[b][by_key ? j : i].item<bool>()));
       }
     }
   }
-  CHECK(at::equal(mask, before));  // the input mask is left as it was
+  CHECK(at::equal(mask, before));
+  return {mask, keep};
+}
+
+}  // namespace
+
+TEST_CASE("fold_key_padding blocks every query from the keys a row marks as padding", "[mask]") {
+  const auto [mask, keep] = require_fold(fold_key_padding, /*by_key=*/true, 2);
   CHECK(at::equal(fold_key_padding(mask, at::ones({3, 6}, at::kBool)), mask));
   CHECK_FALSE(fold_key_padding(mask, at::zeros({3, 6}, at::kBool)).any().item<bool>());
 }
 
 TEST_CASE("fold_query_padding makes the queries a row marks as padding attend to nothing",
           "[mask]") {
-  const at::Tensor mask = random_bools({3, 1, 4, 6}, 4);
-  const at::Tensor before = mask.clone();
-  const at::Tensor keep = random_bools({3, 4}, 5);
-  const at::Tensor folded = fold_query_padding(mask, keep);
-  REQUIRE(folded.scalar_type() == at::kBool);
-  REQUIRE(folded.sizes() == mask.sizes());
-  for (int64_t b = 0; b < 3; ++b) {
-    for (int64_t i = 0; i < 4; ++i) {
-      for (int64_t j = 0; j < 6; ++j) {
-        INFO("row " << b << ", query " << i << ", key " << j);
-        CHECK(at4(folded, b, i, j) == (at4(mask, b, i, j) && keep[b][i].item<bool>()));
-      }
-    }
-  }
-  CHECK(at::equal(mask, before));
+  const auto [mask, keep] = require_fold(fold_query_padding, /*by_key=*/false, 4);
   // Both folds in either order give one mask.
   const at::Tensor key_keep = random_bools({3, 6}, 6);
   CHECK(at::equal(fold_key_padding(fold_query_padding(mask, keep), key_keep),

@@ -90,6 +90,32 @@ void require_target_distribution(const std::vector<std::vector<int64_t>>& counts
   }
 }
 
+/// Counts what an acceptance rule emits at each position, over kDraws
+/// steps: counts(p, q, drafts, seed) (emitted_counts, head_counts).
+using Counts = std::vector<std::vector<int64_t>> (*)(const at::Tensor&, const at::Tensor&,
+                                                     const std::vector<int64_t>&, uint64_t);
+
+/// The rule's emitted tokens are distributed as the target's p at every
+/// position, for k = 3 drafts from another q, point-mass drafts, and q = p.
+void require_rule_keeps_target(Counts counts) {
+  const int64_t k = 3;
+  const at::Tensor p = distribution(11, k + 1);
+  SECTION("drafts sampled from a different draft distribution q") {
+    require_target_distribution(counts(p, distribution(12, k), std::vector<int64_t>(k), 1), p);
+  }
+  SECTION("prompt-lookup drafts: a point mass at fixed ids") {
+    require_target_distribution(counts(p, at::Tensor(), {2, 5, 5}, 2), p);
+  }
+  SECTION("q equal to p: every draft accepted, the bonus token drawn from p_k") {
+    const std::vector<std::vector<int64_t>> emitted =
+        counts(p, p.narrow(0, 0, k), std::vector<int64_t>(k), 3);
+    int64_t bonus = 0;
+    for (const int64_t c : emitted[k]) bonus += c;
+    CHECK(bonus > kDraws * 99 / 100);
+    require_target_distribution(emitted, p);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("prompt lookup drafts what followed the latest earlier match of the longest n-gram",
@@ -122,24 +148,9 @@ TEST_CASE("greedy verification keeps the drafts the target agrees with, then the
 
 TEST_CASE("the acceptance rule emits tokens distributed as the target's (chi-square, vocab 8)",
           "[speculative][verify][statistics]") {
-  const int64_t k = 3;
-  const at::Tensor p = distribution(11, k + 1);
-  SECTION("drafts sampled from a different draft distribution q") {
-    const at::Tensor q = distribution(12, k);
-    require_target_distribution(emitted_counts(p, q, {}, 1), p);
-  }
-  SECTION("prompt-lookup drafts: a point mass at fixed ids") {
-    require_target_distribution(emitted_counts(p, at::Tensor(), {2, 5, 5}, 2), p);
-  }
-  SECTION("q equal to p: every draft accepted, the bonus token drawn from p_k") {
-    const std::vector<std::vector<int64_t>> counts = emitted_counts(p, p.narrow(0, 0, k), {}, 3);
-    int64_t bonus = 0;
-    for (const int64_t c : counts[k]) bonus += c;
-    CHECK(bonus > kDraws * 99 / 100);
-    require_target_distribution(counts, p);
-  }
+  require_rule_keeps_target(emitted_counts);
   SECTION("the test can fail: the drafts themselves are not distributed as p") {
-    const at::Tensor q = distribution(12, k)[0].contiguous();
+    const at::Tensor p = distribution(11, 1), q = distribution(12, 1)[0].contiguous();
     std::mt19937_64 rng(4);
     std::discrete_distribution<int64_t> draft(q.data_ptr<double>(), q.data_ptr<double>() + kVocab);
     std::vector<int64_t> counts(kVocab, 0);
@@ -210,25 +221,10 @@ std::vector<std::vector<int64_t>> head_counts(const at::Tensor& p, const at::Ten
 
 TEST_CASE("the head's acceptance rule on the device emits tokens distributed as the target's",
           "[speculative][verify][statistics][head]") {
-  const int64_t k = 3;
-  const at::Tensor p = distribution(11, k + 1);
-  SECTION("drafts sampled from a different draft distribution q") {
-    const at::Tensor q = distribution(12, k);
-    require_target_distribution(head_counts(p, q, std::vector<int64_t>(k), 1), p);
-  }
-  SECTION("prompt-lookup drafts: a point mass at fixed ids") {
-    require_target_distribution(head_counts(p, at::Tensor(), {2, 5, 5}, 2), p);
-  }
+  require_rule_keeps_target(head_counts);
   SECTION("fewer drafts than k: the token after them comes from p") {
+    const at::Tensor p = distribution(11, 4);
     require_target_distribution(head_counts(p, at::Tensor(), {2}, 4), p);
-  }
-  SECTION("q equal to p: every draft accepted, the bonus token drawn from p_k") {
-    const std::vector<std::vector<int64_t>> counts =
-        head_counts(p, p.narrow(0, 0, k), std::vector<int64_t>(k), 3);
-    int64_t bonus = 0;
-    for (const int64_t c : counts[k]) bonus += c;
-    CHECK(bonus > kDraws * 99 / 100);
-    require_target_distribution(counts, p);
   }
 }
 
