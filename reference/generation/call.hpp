@@ -45,7 +45,6 @@ struct Call {
   Engine* engine;             // static/hybrid caches: every pass (runners when bucketed)
   AttentionBackend* backend;  // no engine: eager passes through this backend
   int64_t new_tokens;
-  at::Generator generator;
   const TokenCallback& on_token;
   SamplingHead* head = nullptr;  // every row's pick (Note [sampling head]); set by Generator::run
 

@@ -7,7 +7,6 @@
 #include "call.hpp"
 #include "speculative_decode.hpp"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/cuda.h>
 
@@ -294,8 +293,8 @@ SpeculationStats Generator::speculate(State& s, detail::Call& call, detail::Rows
     // The draft model's cache starts fresh and holds each whole prompt.
     Cache& draft_cache = *engine.draft_cache();
     draft_cache.reset_rows(at::arange(s.max_batch, at::TensorOptions().dtype(at::kLong)));
-    const Call draft{*s.options.draft_model, s.options,      nullptr,      engine.draft_backend(),
-                     call.new_tokens,        call.generator, call.on_token};
+    const Call draft{*s.options.draft_model, s.options,       nullptr,
+                     engine.draft_backend(), call.new_tokens, call.on_token};
     prefill(draft, prompts, lens, draft_cache.config().effective_max_chunk());
     spec.draft_model = s.options.draft_model;
     spec.draft_cache = &draft_cache;
@@ -334,9 +333,7 @@ GenerateResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     }
     for (const int64_t len : lens) result.prefilled_tokens += len;
     result.prefilled_tokens -= result.restored_tokens;
-    Call call{s.model,  s.options,   s.engine.get(),
-              backend,  new_tokens,  at::make_generator<at::CPUGeneratorImpl>(s.options.seed),
-              on_token, s.head.get()};
+    Call call{s.model, s.options, s.engine.get(), backend, new_tokens, on_token, s.head.get()};
     for (size_t r = 0; r < prompts.size(); ++r) {
       s.head->set_row(static_cast<int64_t>(r), row_sampling(s.options, static_cast<int64_t>(r)),
                       prompts[r], {});
@@ -377,13 +374,7 @@ int64_t Generator::save_prompt(const std::vector<int64_t>& prompt, const std::st
   c10::InferenceMode inference;
   cache.reset_rows(at::arange(s.max_batch, at::TensorOptions().dtype(at::kLong)));
   const TokenCallback no_callback;
-  const Call call{s.model,
-                  s.options,
-                  s.engine.get(),
-                  &s.engine->backend(),
-                  1,
-                  at::make_generator<at::CPUGeneratorImpl>(s.options.seed),
-                  no_callback};
+  const Call call{s.model, s.options, s.engine.get(), &s.engine->backend(), 1, no_callback};
   prefill(call, {prompt}, lens, s.chunk);
   write_prompt_cache(path, cache, 0, prompt, model_id);
   return lens[0];

@@ -73,12 +73,21 @@ int64_t draw_key(uint64_t seed, int64_t index) {
 
 namespace {
 
+/// Uniform numbers in (0, 1) from hashes h in [0, 2^32): their top 24
+/// bits, centred in their interval, so a log of them is finite.
+at::Tensor unit(const at::Tensor& h) {
+  return h.bitwise_right_shift(8).to(at::kFloat).add_(0.5).mul_(1.0 / 16777216.0);
+}
+
 /// Gumbel noise from hashed ids ((id * kGolden) mod 2^32) and keys [b].
 at::Tensor gumbel(const at::Tensor& hashed_ids, const at::Tensor& keys) {
-  const at::Tensor h = mix(hashed_ids.bitwise_xor(keys.unsqueeze(1)));
-  // 24 random bits, centred in their interval: u in (0, 1), so both logs are finite.
-  const at::Tensor u = h.bitwise_right_shift(8).to(at::kFloat).add_(0.5).mul_(1.0 / 16777216.0);
-  return u.log_().neg_().log_().neg_();
+  return unit(mix(hashed_ids.bitwise_xor(keys.unsqueeze(1)))).log_().neg_().log_().neg_();
+}
+
+/// The per-draw keys of draw indices `index` for rows with seed keys
+/// `seed` (broadcast alike): draw_key on the device.
+at::Tensor draw_keys(const at::Tensor& index, const at::Tensor& seed) {
+  return index.mul(kGolden).add_(seed).bitwise_and_(kMask);
 }
 
 }  // namespace
@@ -373,8 +382,7 @@ void SamplingHead::pick_rows(const at::Tensor& logits, const at::Tensor& take, c
   } else if (rows.sampled) {
     const at::Tensor t = column(kTemperature, b);
     const at::Tensor scaled = x.div(t);
-    const at::Tensor key =
-        keys.select(1, kDrawIndex).mul(kGolden).add_(keys.select(1, kSeedKey)).bitwise_and_(kMask);
+    const at::Tensor key = draw_keys(keys.select(1, kDrawIndex), keys.select(1, kSeedKey));
     at::Tensor score = scaled.add(noise(key));
     const at::Tensor low = floor(scaled, top.div(t), rows, table(b));
     if (low.defined()) score.masked_fill_(scaled.lt(low), kMinusInf);
@@ -445,8 +453,7 @@ constexpr int64_t kAcceptStream = 0xbb67ae85LL;
 
 /// Uniform numbers in (0, 1) from keys (int64 in [0, 2^32)) on `stream`.
 at::Tensor uniform(const at::Tensor& keys, int64_t stream) {
-  const at::Tensor h = mix(keys.bitwise_xor(stream));
-  return h.bitwise_right_shift(8).to(at::kFloat).add_(0.5).mul_(1.0 / 16777216.0);
+  return unit(mix(keys.bitwise_xor(stream)));
 }
 
 }  // namespace
@@ -465,11 +472,7 @@ std::pair<at::Tensor, at::Tensor> SamplingHead::draft(const at::Tensor& logits, 
   const int64_t b = logits.size(0);
   const at::Tensor q = probabilities(logits);
   const at::Tensor keys = keys_.narrow(0, 0, b);
-  const at::Tensor key = keys.select(1, kDrawIndex)
-                             .add(i)
-                             .mul_(kGolden)
-                             .add_(keys.select(1, kSeedKey))
-                             .bitwise_and_(kMask)
+  const at::Tensor key = draw_keys(keys.select(1, kDrawIndex).add(i), keys.select(1, kSeedKey))
                              .bitwise_xor_(kDraftStream);
   return {q.log().add_(noise(mix(key))).argmax(-1), q};
 }
@@ -533,12 +536,9 @@ void SamplingHead::verify(const at::Tensor& logits, const DraftSet& drafts,
   const at::Tensor p = distribution(logits.reshape({b * k1, vocab}), t, every).view({b, k1, vocab});
   // Position t's key: (seed, draw index + t), as a plain pick's.
   const at::Tensor keys = keys_.narrow(0, 0, b);
-  const at::Tensor key = keys.select(1, kDrawIndex)
-                             .unsqueeze(1)
-                             .add(at::arange(k1, keys.options()))
-                             .mul_(kGolden)
-                             .add_(keys.select(1, kSeedKey).unsqueeze(1))
-                             .bitwise_and_(kMask);
+  const at::Tensor key =
+      draw_keys(keys.select(1, kDrawIndex).unsqueeze(1).add(at::arange(k1, keys.options())),
+                keys.select(1, kSeedKey).unsqueeze(1));
   const at::Tensor a = accepted_drafts(p, d, n, drafts.q, key);  // [b, 1]
   // The token at position a: from norm(max(0, p_a - q_a)) after a
   // rejection (q_a: the draft's distribution, or a point mass at it), from

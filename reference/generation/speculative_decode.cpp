@@ -83,11 +83,12 @@ DraftSet model_drafts(Call& call, const Rows& rows,
     for (size_t r = 0; r < b; ++r)
       upto[r] = want[r] > i ? static_cast<int64_t>(seqs[r].size()) - 1 : -1;
     auto [ids, q] = call.head->draft(draft_pass(spec, seqs, upto, lengths).to(at::kFloat), i);
-    const at::Tensor next = ids.cpu();
+    const at::Tensor host = ids.cpu().contiguous();
+    const int64_t* next = host.data_ptr<int64_t>();
     qs.push_back(q);
     for (size_t r = 0; r < b; ++r) {
       if (want[r] <= i) continue;
-      d.ids[r].push_back(next[static_cast<int64_t>(r)].item<int64_t>());
+      d.ids[r].push_back(next[r]);
       seqs[r].push_back(d.ids[r].back());
     }
   }

@@ -63,11 +63,12 @@ DraftSet model_drafts(RowTable& table, Engine& engine, SamplingHead& head, int64
     // Draft i of each row: the head's draw from the row's own distribution
     // (its argmax when greedy), keyed by the row's seed and draw index.
     auto [ids, q] = head.draft(draft_pass(table, engine, seqs, fed).to(at::kFloat), i);
-    const at::Tensor host = ids.cpu();
+    const at::Tensor host = ids.cpu().contiguous();
+    const int64_t* drawn = host.data_ptr<int64_t>();
     qs.push_back(q);
     for (size_t r = 0; r < b; ++r) {
       if (!fed[r]) continue;
-      const int64_t next = host[static_cast<int64_t>(r)].item<int64_t>();
+      const int64_t next = drawn[r];
       d.ids[r].push_back(next);
       seqs[r].push_back(next);
     }

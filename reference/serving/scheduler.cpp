@@ -263,13 +263,14 @@ struct SchedulerSteps {
   }
 
   /// The decode call: every decoding row's newest token, or under
-  /// speculation its newest token and prompt-lookup drafts.
+  /// speculation its newest token and drafts (prompt lookup or the draft
+  /// model); the head picks, or verifies, for every decoding row.
   static DecodeCall decode(Scheduler::State& s, RowTable& table) {
     DecodeCall out;
     const int64_t k = s.options.speculate;
+    std::vector<bool> takes(table.live(), false);
+    std::fill(takes.begin() + static_cast<int64_t>(table.prefilling()), takes.end(), true);
     if (k == 0) {
-      std::vector<bool> takes(table.live(), false);
-      std::fill(takes.begin() + static_cast<int64_t>(table.prefilling()), takes.end(), true);
       out.logits = run_and_pick(s, Pass::kDecode, pack_decode(table), takes);
     } else {
       if (s.options.draft_model) {
@@ -285,8 +286,6 @@ struct SchedulerSteps {
                        Logits::kAll);
       ++s.stats.speculation.verify_steps;
       // The acceptance rule on the device; fetch() reads its verdicts.
-      std::vector<bool> takes(table.live(), false);
-      std::fill(takes.begin() + static_cast<int64_t>(table.prefilling()), takes.end(), true);
       s.head->verify(out.logits.to(at::kFloat), out.drafts, takes);
     }
     return out;
