@@ -53,6 +53,22 @@ class SideStream {
   c10::cuda::CUDAStreamGuard stream_guard_;
 };
 
+// A capture that throws leaves the default CUDA generator's state marked
+// as capturing: CUDAGraph::capture_end throws on the invalidated capture
+// before its generator epilogue runs. Every later random op outside a
+// capture, and every replay of a graph captured earlier (its prologue
+// advances the same state), would then fail with "Offset increment outside
+// graph capture". A one-kernel capture on the same stream runs the prologue
+// and the epilogue once more and leaves the state as it was (one kernel: an
+// empty capture warns).
+void end_generator_capture() {
+  const at::Tensor one = at::zeros({1}, at::TensorOptions().device(at::kCUDA));
+  at::cuda::CUDAGraph graph(/*keep_graph=*/true);
+  graph.capture_begin();
+  one.add_(0);
+  graph.capture_end();
+}
+
 }  // namespace
 
 GraphPool new_graph_pool() {
@@ -82,6 +98,7 @@ std::unique_ptr<DeviceGraph> capture_cuda_graph(const at::Device& device, GraphP
     } catch (const std::exception&) {
     }
     (void)cudaGetLastError();
+    end_generator_capture();
     TORCH_CHECK(false, "CUDA graph capture failed: ", failure);
   }
   graph->capture_end();

@@ -40,9 +40,13 @@ fi
 # its stages run); ninja keeps going past a failing target (-k 0), so one
 # broken target leaves the others built.
 targets=()
+# The list is read once into a variable: `ninja ... | grep -q` under
+# pipefail fails whenever grep stops reading before ninja finishes writing.
+defined=""
+[ ${#gen[@]} -gt 0 ] && defined=$(ninja -C build-gpu -t targets all 2>/dev/null | cut -d: -f1)
 for t in ${BUILD_TARGETS:-}; do
   # Only targets this configuration defines (an unknown one stops ninja).
-  if [ ${#gen[@]} -eq 0 ] || ninja -C build-gpu -t targets all 2>/dev/null | grep -q "^$t:"; then
+  if [ ${#gen[@]} -eq 0 ] || grep -qx -- "$t" <<<"$defined"; then
     targets+=(--target "$t")
   else
     echo "build.sh: no target $t in this configuration; skipped"

@@ -51,6 +51,8 @@
 #               (benchmarks/gpu/summaries.py check).
 #   --budget S  total seconds (default 420)
 #   --all       run every stage, even one a committed summary already holds
+#   --only A,B  run only the stages named (and the build), in the usual
+#               order: a short attempt that re-checks what a fix touched
 #   --results-dir DIR
 #               the committed summaries (default benchmarks/results/h200):
 #               a stage whose source hash (benchmarks/gpu/stages.py, the
@@ -63,12 +65,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-dry=0 budget=420 all=0 committed=$ROOT/benchmarks/results/h200
+dry=0 budget=420 all=0 only="" committed=$ROOT/benchmarks/results/h200
 while (($#)); do
   case "$1" in
     --dry-run) dry=1 ;;
     --budget) budget=$2; shift ;;
     --all) all=1 ;;
+    --only) only=",$2,"; shift ;;
     --results-dir) committed=$2; shift ;;
     *) echo "run_gpu.sh: unknown flag $1" >&2; exit 2 ;;
   esac
@@ -94,11 +97,29 @@ SUMMARIES=$OUT/summaries.jsonl
 LOG=$OUT/run.log
 
 left() { echo $((budget - (SECONDS - start))); }
-# What the stages run (the build builds these and nothing else).
-GPU_TARGETS="statickv_cuda_tests statickv_tp_cuda_tests statickv-demo statickv-serve
-  statickv_bench_model statickv_bench_step statickv_bench_offload statickv_bench_context statickv_bench_prompts
-  statickv_bench_write statickv_bench_decode statickv_bench_memory statickv_bench_serving
-  statickv_bench_aoti statickv_ops"
+# What each stage runs: the build builds the targets of the stages left to
+# run (not done, and named by --only when given) and nothing else.
+declare -A TARGETS_OF=(
+  [cuda_tests]=statickv_cuda_tests [memcheck]=statickv_cuda_tests
+  [tp_cuda_tests]=statickv_tp_cuda_tests [hf_roofline]=statickv-demo
+  [model_decode]=statickv_bench_model [model_decode_8b]=statickv_bench_model
+  [smollm2_decode_b8]=statickv_bench_model [smollm2_decode_b64]=statickv_bench_model
+  [context_length]=statickv_bench_context [step_ops]=statickv_bench_step
+  [offload]=statickv_bench_offload [prompt_lengths]=statickv_bench_prompts
+  [write_cost]=statickv_bench_write [decode_step]=statickv_bench_decode
+  [memory]=statickv_bench_memory [serving]=statickv_bench_serving
+  [serving_sampled]=statickv_bench_serving [hf_serving]=statickv_bench_serving
+  [aoti]="statickv_bench_aoti statickv_ops" [hf_compare]=statickv-serve)
+# wanted NAME: the stage is left to run (not done; named by --only if given).
+wanted() {
+  [ -z "${DONE[$1]:-}" ] && { [ -z "$only" ] || [[ $only == *",$1,"* ]]; }
+}
+gpu_targets() {
+  local name
+  for name in "${!TARGETS_OF[@]}"; do
+    wanted "$name" && echo "${TARGETS_OF[$name]}"
+  done | tr ' ' '\n' | sort -u | tr '\n' ' '
+}
 # Hugging Face: the transformers wheels prep.sh --hf-wheels carried (the
 # pinned 5.24) go ahead of the machine's own, installed once into a private
 # folder put first on PYTHONPATH; without them, the machine's own.
@@ -140,6 +161,10 @@ load_status() {
 # its output goes to results/gpu/NAME.txt.
 stage() {
   local name=$1 need=$2 max=$3; shift 3
+  if [ -n "$only" ] && [[ $only != *",$name,"* ]]; then
+    echo "== $name: not in --only"
+    return 0
+  fi
   if [ -n "${DONE[$name]:-}" ]; then
     echo "== $name: DONE (${DONE[$name]} holds its sources ${HASH[$name]}; --all runs it again)"
     summarize --stage "$name" --skipped "done: ${DONE[$name]}" --sources-hash "${HASH[$name]}"
@@ -181,12 +206,14 @@ nproc
 
 if ((!dry)) && ((pending == 0)); then
   echo "== build: SKIPPED (every stage is done; --all runs them again)"
+elif ((!dry)) && [ -z "$(gpu_targets)" ]; then
+  echo "== build: SKIPPED (no stage left to run needs a CMake target)"
 elif ((!dry)); then
-  echo "== build (benchmarks/gpu/build.sh)"
+  echo "== build (benchmarks/gpu/build.sh): $(gpu_targets)"
   t0=$SECONDS
   [ -d .devdeps/usr ] || { echo "no .devdeps/usr: run benchmarks/gpu/prep.sh on the CPU machine and send .devdeps/ along"; return 1; }
   export LD_LIBRARY_PATH="$ROOT/.devdeps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
-  PY=$PY BUILD_TARGETS="$GPU_TARGETS" timeout 240 bash benchmarks/gpu/build.sh \
+  PY=$PY BUILD_TARGETS="$(gpu_targets)" timeout 240 bash benchmarks/gpu/build.sh \
     -DSTATICKV_BUILD_EXAMPLES=OFF > "$OUT/build.log" 2>&1
   rc=$?
   tail -n 25 "$OUT/build.log"
@@ -215,7 +242,7 @@ if have "$BUILD/tests/cuda/statickv_cuda_tests"; then
   if ((dry)); then
     stage memcheck 10 30 "$BUILD/tests/cuda/statickv_cuda_tests" "[memcheck]"
   elif [ -x "$sanitizer" ]; then
-    stage memcheck 30 60 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$sanitizer" --tool memcheck \
+    stage memcheck 60 110 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$sanitizer" --tool memcheck \
       --error-exitcode 1 "$BUILD/tests/cuda/statickv_cuda_tests" "[memcheck]" --durations yes
   else
     echo "== memcheck: SKIPPED (no compute-sanitizer)"
@@ -276,14 +303,14 @@ have "$B/statickv_bench_model" &&
 # its compiled decode step against statickv-demo (plain and fused), and
 # dynamo's recompiles for a new prompt length. Saved after every batch.
 if "$PY" -c 'import transformers' 2>/dev/null && have "$BUILD/apps/statickv-demo"; then
-  stage hf_roofline 60 90 "$PY" benchmarks/hf_compare.py --parts roofline \
+  stage hf_roofline 90 170 "$PY" benchmarks/hf_compare.py --parts roofline \
     --demo "$BUILD/apps/statickv-demo" --device "$DEV" "${roofargs[@]}" \
     --roofline-batches 1,16 --workdir /tmp/statickv-hf --json "$RES/hf_roofline.json"
 fi
 have "$B/statickv_bench_context" &&
   stage context_length 30 60 "$B/statickv_bench_context" --device "$DEV" "${context[@]}" --json "$RES/context_length.json"
 have "$B/statickv_bench_step" &&
-  stage step_ops 30 90 "$B/statickv_bench_step" --device "$DEV" "${step[@]}" --json "$RES/step_ops.json"
+  stage step_ops 60 150 "$B/statickv_bench_step" --device "$DEV" "${step[@]}" --json "$RES/step_ops.json"
 have "$B/statickv_bench_model" &&
   stage model_decode_8b 45 60 "$B/statickv_bench_model" --device "$DEV" "${model8b[@]}" \
     --json "$RES/model_decode_8b.json"
@@ -346,7 +373,7 @@ fi
 # CUDA), after everything else: the package is built against this machine's
 # torch first (a minute or two), and the stage runs only with time to spare.
 if "$PY" -c 'import transformers' 2>/dev/null && (($(left) > 200)); then
-  if { [ -z "${DONE[hf_seeds]:-}" ] || [ -z "${DONE[hf_quantized]:-}" ]; } &&
+  if { wanted hf_seeds || wanted hf_quantized; } &&
     ! "$PY" -c 'import statickv' 2>/dev/null; then
     echo "== building the Python package into /tmp/statickv-py"
     MAX_JOBS=$(nproc) timeout 150 "$PY" -m pip install -q --no-build-isolation --no-deps \

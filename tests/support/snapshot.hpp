@@ -53,6 +53,20 @@ struct Snapshot {
   }
   bool operator!=(const Snapshot& other) const { return !(*this == other); }
 
+  /// The same state without each layer's scratch slot (Invariant [scratch
+  /// slot]): every padded token of a step lands there, and on CUDA which of
+  /// several writes to one slot lands last is not defined, so two caches
+  /// given the same padded steps may differ there and nowhere else.
+  Snapshot without_scratch() const {
+    Snapshot s = *this;
+    for (auto* list : {&s.keys, &s.values, &s.key_scales, &s.value_scales}) {
+      for (at::Tensor& t : *list) {
+        if (t.defined()) t = t.narrow(2, 0, t.size(2) - 1);
+      }
+    }
+    return s;
+  }
+
   /// True when `cache` holds exactly what it held when this was taken.
   bool same_as(const Cache& cache) const { return *this == Snapshot(cache); }
 

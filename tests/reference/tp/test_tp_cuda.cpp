@@ -1,8 +1,12 @@
 // Tensor parallelism on the GPU: world 1 through c10d's ProcessGroupNCCL
 // (docs/tensor_parallel.md, "The GPU path"). One rank's all-reduce is the
-// identity, so a one-rank model must give the plain model's ids and logits
-// exactly, through every collective it issues (two all-reduces per layer,
-// the vocab-parallel all-gather, the divergence check's MAX).
+// identity, so a one-rank model must give the plain model's ids exactly,
+// through every collective it issues (two all-reduces per layer, the
+// vocab-parallel all-gather, the divergence check's MAX), and its logits up
+// to the order of a sum: cuBLAS picks its kernel by shape, and the sharded
+// products (the vocab-parallel head, the split projections) differ in shape
+// from the plain model's, so their float32 sums may round apart (the H200
+// run saw it; on the CPU they agree to the bit).
 
 #include <statickv/reference/checkpoint.hpp>
 #include <statickv/reference/generator.hpp>
@@ -36,5 +40,8 @@ TEST_CASE("world 1 through NCCL gives the plain model's ids and logits", "[cuda]
   const sr::GenerateResult a = sr::generate(plain, prompts, options);
   const sr::GenerateResult b = sr::generate(one_rank, prompts, options);
   CHECK(a.tokens == b.tokens);
-  for (size_t i = 0; i < prompts.size(); ++i) CHECK(at::equal(a.logits[i], b.logits[i]));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    INFO("prompt " << i << " max diff " << (a.logits[i] - b.logits[i]).abs().max().item<float>());
+    CHECK(at::allclose(a.logits[i], b.logits[i], /*rtol=*/1e-4, /*atol=*/1e-4));
+  }
 }
