@@ -40,13 +40,17 @@ ENV_FIELDS = ("commit", "date", "torch", "transformers", "gpu")
 
 
 def environment(manifest=None, dry_run=False):
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    if commit == "unknown" and manifest and Path(manifest).is_file():
+    # The manifest names the commit prep.sh saw; on the GPU machine it wins,
+    # since what travels there may hold a stale .git beside the tree.
+    commit = "unknown"
+    if not dry_run and manifest and Path(manifest).is_file():
         commit = json.loads(Path(manifest).read_text()).get("commit", "unknown")
+    if commit == "unknown":
+        try:
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                    check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            commit = "unknown"
     env = {"commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
            "torch": None, "transformers": None, "gpu": None, "dry_run": dry_run}
     try:
