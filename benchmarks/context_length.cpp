@@ -39,6 +39,7 @@
 //
 //   statickv_bench_context [--device D] [--max-len N] [--contexts 128,256,...] ...
 
+#include <statickv/apps/storage_flags.hpp>
 #include <statickv/statickv.hpp>
 
 #include "bench_util.hpp"
@@ -241,8 +242,8 @@ Options parse_options(int argc, char** argv, std::vector<int64_t>* contexts) {
   Options o;
   Flags flags("statickv_bench_context", "decode-step cost vs context length, as ratios to ideal");
   flags.add_device(&o.device);
-  flags.add_dtype(&o.dtype, at::kHalf);
-  flags.add_kv_dtype(&o.kv_dtype);  // adds the attend-KV column
+  add_dtype(flags, &o.dtype, at::kHalf);
+  add_kv_dtype(flags, &o.kv_dtype);  // adds the attend-KV column
   add_stack_flags(flags, &o.stack);
   flags.add("--max-len N", &o.max_len, "cache capacity", /*min=*/2);
   flags.add("--contexts LIST", &o.contexts,

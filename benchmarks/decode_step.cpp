@@ -37,7 +37,7 @@ Options parse(int argc, char** argv) {
   Options o;
   Flags flags("statickv_bench_decode", "decode-step cost, batch-prefix and attend_len ratios");
   flags.add_device(&o.device);
-  flags.add_dtype(&o.dtype, at::kHalf);
+  add_dtype(flags, &o.dtype, at::kHalf);
   add_stack_flags(flags, &o.stack);
   flags.add("--context N", &o.context, "tokens already cached when the step runs", /*min=*/1);
   flags.add("--max-len N", &o.max_len, "cache capacity", /*min=*/2);

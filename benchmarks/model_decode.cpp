@@ -17,6 +17,8 @@
 
 #include "bench_model.hpp"
 
+#include <statickv/apps/storage_flags.hpp>
+
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -100,8 +102,8 @@ Options parse_options(int argc, char** argv) {
               "reference-model decode step: batch prefix, eager vs graphs, bandwidth");
   flags.add_device(&o.device);
   add_shape_flag(flags, &o.shape, "model shape (random weights)");
-  flags.add_dtype(&o.dtype, at::kBFloat16);
-  flags.add_kv_dtype(&o.kv_dtype);  // adds the quantized 1/1 variants, side by side
+  add_dtype(flags, &o.dtype, at::kBFloat16);
+  add_kv_dtype(flags, &o.kv_dtype);  // adds the quantized 1/1 variants, side by side
   flags.add("--context N", &o.context, "tokens cached before the step", /*min=*/1);
   flags.add("--max-len N", &o.max_len, "cache capacity", /*min=*/2);
   flags.add("--max-batch N", &o.max_batch, "rows of the large cache", /*min=*/1);

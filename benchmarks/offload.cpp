@@ -186,7 +186,7 @@ int main(int argc, char** argv) try {
   add_shape_flag(flags, &o.shape,
                  "model shape, random weights (default: llama-3.1-8b on cuda, "
                  "small on cpu)");
-  flags.add_dtype(&o.dtype, at::kBFloat16);
+  add_dtype(flags, &o.dtype, at::kBFloat16);
   flags.add("--cells L", &o.cells,
             "batch x context cells, e.g. 1x4096,16x8192 (default: the 8B sweep on cuda: batch 1 "
             "at 4k..128k, batch 16 at 4k..16k; 1x256,1x1024,4x512 on cpu)");

@@ -54,7 +54,7 @@ Options parse(int argc, char** argv) {
             "tools/smollm2/convert.py); default: --shape");
   add_shape_flag(flags, &o.shape, "model shape without --checkpoint, random weights");
   flags.add_device(&o.device);
-  flags.add_dtype(&o.dtype, at::kBFloat16);
+  add_dtype(flags, &o.dtype, at::kBFloat16);
   flags.add("--requests N", &o.requests, "system workload: requests", /*min=*/1);
   flags.add("--system N", &o.system, "system workload: system prompt tokens", /*min=*/1);
   flags.add("--users N", &o.users, "chat workload: users", /*min=*/1);

@@ -48,7 +48,7 @@ Options parse_options(int argc, char** argv) {
               "new prompt lengths: bucketed graphs vs capture per length vs eager");
   flags.add_device(&o.device);
   add_shape_flag(flags, &o.shape, "model shape (default: small on cpu, llama-3.2-1b on cuda)");
-  flags.add_dtype(&o.dtype, at::kBFloat16);
+  add_dtype(flags, &o.dtype, at::kBFloat16);
   flags.add("--max-len N", &o.max_len,
             "longest prompt and cache capacity, >= 2 (default 0: 256 on cpu, 2048 on cuda)",
             /*min=*/0);

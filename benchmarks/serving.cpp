@@ -51,7 +51,7 @@ Options parse(int argc, char** argv) {
               "continuous batching (Scheduler) vs static batching (Generator) on one trace");
   add_shape_flag(flags, &o.shape, "model shape, random weights (default small)");
   flags.add_device(&o.device);
-  flags.add_dtype(&o.dtype, at::kBFloat16);
+  add_dtype(flags, &o.dtype, at::kBFloat16);
   flags.add("--requests N", &o.requests, "requests in the trace", /*min=*/1);
   flags.add("--rate R", &o.rate, "mean arrivals per second (Poisson; 0 = all at once)",
             /*min=*/0.0);

@@ -49,7 +49,7 @@ Options parse(int argc, char** argv) {
             "prompts (default: --shape with random weights)");
   add_shape_flag(flags, &o.shape, "model shape without --checkpoint, random weights");
   flags.add_device(&o.device);
-  flags.add_dtype(&o.dtype, at::kBFloat16);
+  add_dtype(flags, &o.dtype, at::kBFloat16);
   flags.add("--max-new N", &o.max_new, "most new tokens per prompt", /*min=*/2);
   flags.add("--rounds N", &o.rounds, "rounds, every variant once per round", /*min=*/1);
   flags.add("--seed N", &o.seed, "random weights and prompts", /*min=*/0);

@@ -269,7 +269,7 @@ int main(int argc, char** argv) try {
   Flags flags("statickv_bench_step",
               "one decode step counted (launches, host copies, syncs), plain and fused");
   flags.add_device(&o.device);
-  flags.add_dtype(&o.dtype, at::kBFloat16);  // bf16 on the CPU too (see below)
+  add_dtype(flags, &o.dtype, at::kBFloat16);  // bf16 on the CPU too (see below)
   flags.add("--shape LIST", &o.shapes,
             "comma-separated named shapes, each NAME or NAME:LAYERS (random weights; default "
             "llama-3.2-1b:2,gemma3-270m)");

@@ -37,7 +37,7 @@ Options parse_options(int argc, char** argv) {
   Options o;
   Flags flags("statickv_bench_write", "cache write cost per layer per step, and prepare() cost");
   flags.add_device(&o.device);
-  flags.add_dtype(&o.dtype, at::kHalf);
+  add_dtype(flags, &o.dtype, at::kHalf);
   flags.add("--batches LIST", &o.batches, "comma-separated live batch sizes (max_batch = largest)");
   add_stack_flags(flags, &o.stack, /*with_heads=*/false);
   flags.add("--context N", &o.context, "tokens cached before the step", /*min=*/1);

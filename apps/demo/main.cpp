@@ -15,6 +15,7 @@
 #include "text_mode.hpp"
 
 #include <statickv/apps/model_flags.hpp>
+#include <statickv/apps/storage_flags.hpp>
 #include <statickv/flags/flags.hpp>
 #include <statickv/reference/generator.hpp>
 

@@ -2,6 +2,7 @@
 
 #include "options.hpp"
 
+#include <statickv/apps/storage_flags.hpp>
 #include <statickv/flags/flags.hpp>
 
 #include <fmt/format.h>
@@ -116,9 +117,9 @@ Options parse_options(int argc, char** argv) {
   apps::add_model_flags(flags, &o.checkpoint, &o.shape);
   apps::add_tp_flags(flags, &o.tp);
   flags.add_device(&o.device);
-  flags.add_dtype(&o.dtype, at::kBFloat16);
-  flags.add_kv_dtype(&o.kv_dtype);
-  flags.add_offload(&o.offload);
+  add_dtype(flags, &o.dtype, at::kBFloat16);
+  add_kv_dtype(flags, &o.kv_dtype);
+  add_offload(flags, &o.offload);
   flags.add_threads(&o.threads);
   flags.add_choice("--cache C", &o.cache, {"static", "hybrid", "dynamic"},
                    "static, hybrid or dynamic (default: static for all-full models, hybrid when "

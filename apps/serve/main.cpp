@@ -10,6 +10,7 @@
 #endif
 
 #include <statickv/apps/model_flags.hpp>
+#include <statickv/apps/storage_flags.hpp>
 #include <statickv/flags/flags.hpp>
 #include <statickv/reference/checkpoint.hpp>
 #include <statickv/reference/scheduler.hpp>
@@ -125,9 +126,9 @@ Options parse(int argc, char** argv) {
   apps::add_tp_flags(flags, &o.tp);
   flags.add("--seed N", &o.seed, "random weights of --shape", /*min=*/0);
   flags.add_device(&o.device);
-  flags.add_dtype(&o.dtype, at::kBFloat16);
-  flags.add_kv_dtype(&o.kv_dtype);
-  flags.add_offload(&o.offload);
+  add_dtype(flags, &o.dtype, at::kBFloat16);
+  add_kv_dtype(flags, &o.kv_dtype);
+  add_offload(flags, &o.offload);
   flags.add_choice("--cache C", &o.cache, {"static", "hybrid"},
                    "static or hybrid (default: static for all-full models, hybrid when the model "
                    "has sliding layers)");

@@ -75,7 +75,7 @@ Options parse(int argc, char** argv) {
 }
 
 void run(const Options& o, const std::optional<sr::Rendezvous>& where) {
-  at::set_num_threads(1);
+  statickv::apps::set_threads(1);
   sr::TpShard shard;
   sr::LoadOptions load;
   if (where) {
