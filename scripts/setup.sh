@@ -90,9 +90,12 @@ if ! "$VENV/bin/python" -c 'import openai, fastapi, uvicorn, pydantic, jinja2' >
   echo "== pip install ${HTTP_PIP[*]} (statickv-serve --http tests, transformers serve)"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${HTTP_PIP[@]}"
 fi
-statickv_py_hash=$(find pyproject.toml setup.py include/statickv python/csrc python/statickv src/offload.cpp \
-  -type f \( -name '*.py' -o -name '*.cpp' -o -name '*.hpp' -o -name '*.toml' \) | LC_ALL=C sort |
-  xargs sha256sum | sha256sum | cut -d' ' -f1)
+# What the package is built from: setup.py drives the CMake build of the
+# library and the extension (python/CMakeLists.txt).
+statickv_py_hash=$(find pyproject.toml setup.py CMakeLists.txt cmake include/statickv python/csrc \
+  python/statickv python/CMakeLists.txt src -type f \( -name '*.py' -o -name '*.cpp' -o -name '*.hpp' \
+  -o -name '*.cu' -o -name '*.toml' -o -name '*.txt' -o -name '*.cmake' -o -name '*.in' \) |
+  LC_ALL=C sort | xargs sha256sum | sha256sum | cut -d' ' -f1)
 STATICKV_PY_STAMP="$VENV/.statickv-python-stamp"
 if [ "$(cat "$STATICKV_PY_STAMP" 2>/dev/null)" != "$statickv_py_hash" ] ||
   ! "$VENV/bin/python" -c 'import statickv' >/dev/null 2>&1; then

@@ -156,6 +156,11 @@ void bind_buckets(py::module_& m) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "statickv: preallocated, CUDA-graph-safe KV caches (C++ bindings)";
   m.attr("__version__") = statickv::kVersion;
+#ifdef STATICKV_HAS_CUDA
+  m.attr("built_with_cuda") = true;  // the library's CUDA parts (CMakeLists.txt)
+#else
+  m.attr("built_with_cuda") = false;
+#endif
   bind_config(m);
   bind_step(m);
   bind_cache(m);
