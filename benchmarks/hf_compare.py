@@ -217,7 +217,7 @@ def main():
         real_model(args, results, save)
     if "roofline" in parts:
         for shape in [s for s in args.shapes.split(",") if s]:
-            roofline(args, shape, results, save)
+            roofline(args, shape, results, save, run["deadline"])
     for shape in [s for s in args.shapes.split(",") if s and parts & {"serve", "seeds"}]:
         shape_parts(args, parts, shape, results, run, save)
     save()

@@ -14,7 +14,7 @@ the command that produced it, the machine, LibTorch version and date, and the
 plots (RESULTS_DIR/*.png, drawn with gnuplot when it is installed: Debian's
 gnuplot-nox). Standard library only.
 
---roofline FILE also writes issue 15's summary there (roofline_summary():
+--roofline FILE also writes the roofline summary there (roofline_summary():
 model_decode.json and model_decode_8b.json with --fused, hf_roofline.json);
 a key whose benchmark did not run is null, never a guess.
 """
@@ -393,7 +393,7 @@ def hf_roofline_ratio(hf, batch):
 
 
 def roofline_summary(results, commit):
-    """Issue 15's numbers, from the benchmarks that ran (null where one did not)."""
+    """The roofline numbers, from the benchmarks that ran (null where one did not)."""
     d1, d8 = load(results, "model_decode"), load(results, "model_decode_8b")
     hf = load(results, "hf_roofline")
     env = (d1 or d8 or hf or {}).get("environment", {})
@@ -443,7 +443,7 @@ SECTIONS = [
     ("model_decode", "Batch-prefix cost, eager vs graphs, bandwidth (reference model decode)",
      model_decode),
     ("model_decode_8b", "Llama-3.1-8B shape: decode at batch 1, plain vs fused", model_decode),
-    ("hf_roofline", "Decode against transformers' compiled static cache (issue 15)", hf_roofline),
+    ("hf_roofline", "Decode against transformers' compiled static cache", hf_roofline),
     ("decode_step", "Batch-prefix cost, attention stack only", decode_step),
     ("prompt_lengths", "New prompt lengths (HF issue 29151)", prompt_lengths),
     ("context_length", "Decode cost vs context length", context_length),

@@ -2,6 +2,7 @@
 compiled static cache against statickv-demo's plain and fused paths, and
 dynamo's recompiles at a new prompt length."""
 
+import time
 from pathlib import Path
 
 import torch
@@ -18,11 +19,11 @@ def recompiles_at_new_length(model, prompt, new_tokens, device, compiled):
     return int(torch._dynamo.utils.counters["stats"]["unique_graphs"]) - before
 
 
-def roofline(args, shape, results, save):
+def roofline(args, shape, results, save, deadline=float("inf")):
     """Decode tokens/s at each --roofline-batches: transformers' static cache
     with its compiled decode step (compile_config, as its docs say) against
-    statickv-demo on the plain and the fused path; then dynamo's recompiles
-    for a new prompt length (issue 15)."""
+    statickv-demo on the plain and the fused path; then, before `deadline`
+    (perf_counter seconds), dynamo's recompiles for a new prompt length."""
     device = torch.device(args.device)
     directory = checkpoint(args.workdir, shape, args.seed, device)
     vocab = hf_config(shape).vocab_size
@@ -47,6 +48,9 @@ def roofline(args, shape, results, save):
         entry["batches"].append(real_model_batch(args, variants, prompt, batch, scratch))
         print_real_model_batch(entry["batches"][-1])
         save()
+    if time.perf_counter() > deadline:
+        print(f"  {shape}: (deadline: no recompile count for a new prompt length)", flush=True)
+        return
     entry["hf_recompiles_per_new_length"] = recompiles_at_new_length(
         model, prompt, args.new_tokens, device, compiled)
     print(f"  {shape}: dynamo compiled {entry['hf_recompiles_per_new_length']} new graph(s) for "
