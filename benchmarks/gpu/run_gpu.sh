@@ -110,9 +110,17 @@ declare -A TARGETS_OF=(
   [memory]=statickv_bench_memory [serving]=statickv_bench_serving
   [serving_sampled]=statickv_bench_serving [hf_serving]=statickv_bench_serving
   [aoti]="statickv_bench_aoti statickv_ops" [hf_compare]=statickv-serve)
-# wanted NAME: the stage is left to run (not done; named by --only if given).
-wanted() {
-  [ -z "${DONE[$1]:-}" ] && { [ -z "$only" ] || [[ $only == *",$1,"* ]]; }
+# selected NAME: --only names the stage, or there is no --only.
+selected() { [ -z "$only" ] || [[ $only == *",$1,"* ]]; }
+# wanted NAME: the stage is left to run (not done, and selected).
+wanted() { [ -z "${DONE[$1]:-}" ] && selected "$1"; }
+# deadline_s MAX MARGIN: for a stage whose timeout is min(MAX, left - 10),
+# as stage() gives it, a deadline MARGIN seconds short of it (at least 20).
+deadline_s() {
+  local l t
+  l=$(left)
+  t=$((l - 10 < $1 ? l - 10 : $1))
+  echo $((t > $2 + 20 ? t - $2 : 20))
 }
 gpu_targets() {
   local name
@@ -161,7 +169,7 @@ load_status() {
 # its output goes to results/gpu/NAME.txt.
 stage() {
   local name=$1 need=$2 max=$3; shift 3
-  if [ -n "$only" ] && [[ $only != *",$name,"* ]]; then
+  if ! selected "$name"; then
     echo "== $name: not in --only"
     return 0
   fi
@@ -305,10 +313,8 @@ have "$B/statickv_bench_model" &&
 if "$PY" -c 'import transformers' 2>/dev/null && have "$BUILD/apps/statickv-demo"; then
   # The recompile count (optional) starts only before a deadline 40 s short
   # of the stage's timeout; each batch's figures are saved as they come.
-  l=$(left)
-  t=$((l - 10 < 170 ? l - 10 : 170))
   stage hf_roofline 90 170 "$PY" benchmarks/hf_compare.py --parts roofline \
-    --deadline-s $((t > 60 ? t - 40 : 20)) \
+    --deadline-s "$(deadline_s 170 40)" \
     --demo "$BUILD/apps/statickv-demo" --device "$DEV" "${roofargs[@]}" \
     --roofline-batches 1,16 --workdir /tmp/statickv-hf --json "$RES/hf_roofline.json"
 fi
@@ -365,10 +371,8 @@ if "$PY" -c 'import transformers' 2>/dev/null && have "$BUILD/apps/statickv-serv
   # Its optional parts (torch.compile, new lengths) start only before a
   # deadline a minute short of the stage's timeout; results are saved after
   # every part, so a kill at the timeout keeps what finished.
-  l=$(left)
-  t=$((l - 10 < 240 ? l - 10 : 240))
   stage hf_compare 90 240 "$PY" benchmarks/hf_compare.py --exe "$BUILD/apps/statickv-serve" \
-    --device "$DEV" "${hfargs[@]}" --deadline-s $((t > 80 ? t - 60 : 20)) \
+    --device "$DEV" "${hfargs[@]}" --deadline-s "$(deadline_s 240 60)" \
     --workdir /tmp/statickv-hf --json "$RES/hf_compare.json"
 else
   echo "== hf_compare: SKIPPED (no transformers for $PY: run prep.sh --hf-wheels <python version>)"
