@@ -175,9 +175,9 @@ Json count_head(const Subject& s, const std::vector<int64_t>& batches, const at:
   for (const auto& [name, settings] : head_settings()) {
     for (int64_t batch : batches) {
       const reference::StepCount n = reference::count_head_pick(vocab, batch, settings, device);
-      // What CUDA runs (on the CPU the sampled rows' draw is one fused kernel).
+      // The tensor composition the fused kernel replaces.
       const reference::StepCount c =
-          reference::count_head_pick(vocab, batch, settings, device, /*fused_cpu=*/false);
+          reference::count_head_pick(vocab, batch, settings, device, /*fused=*/false);
       fmt::print(
           "       {:<72} batch {:>3}: {:>3} launches (adds {:>3}; composition {:>3}), {} host "
           "copy, {} syncs\n",

@@ -6,7 +6,7 @@
 
 #include <statickv/reference/sampling.hpp>
 
-#include "sampling_cpu.hpp"
+#include "sampling_fused.hpp"
 
 #include <c10/util/Exception.h>
 
@@ -14,23 +14,13 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <tuple>
 
 namespace statickv::reference {
 
 namespace {
 
-// params_ columns (float32).
-enum Param : int64_t {
-  kTemperature,  // the divisor: the row's temperature, 1 for a greedy row
-  kOneMinusTopP,
-  kLogMinP,  // log(min_p): -inf when off
-  kRepetition,
-  kPresence,
-  kFrequency,
-  kParams
-};
-// keys_ columns (int64).
-enum Key : int64_t { kSeedKey, kDrawIndex, kKthPosition, kMinTokens, kSampled, kKeys };
+using namespace detail;  // the tables' columns (Param, Key) and mix32
 
 constexpr int64_t kMask = 0xffffffffLL;
 constexpr int64_t kMix = 0x45d9f3bLL;      // < 2^27: x * kMix < 2^59 for x < 2^32
@@ -45,7 +35,6 @@ at::Tensor mix(at::Tensor x) {
 }
 
 int64_t seed_key(uint64_t seed) {
-  using detail::mix32;
   return mix32(static_cast<uint32_t>(seed) ^ mix32(static_cast<uint32_t>(seed >> 32)));
 }
 
@@ -163,6 +152,7 @@ SamplingHead::SamplingHead(const SamplingHeadOptions& options) : options_(option
   stop_ids_ = at::zeros({b, o.max_stop}, on.dtype(at::kLong));
   out_ = at::zeros({b, 3 + 2 * o.max_logprobs}, on.dtype(at::kFloat));
   hashed_ids_ = at::arange(o.vocab_size, on.dtype(at::kLong)).mul_(kGolden).bitwise_and_(kMask);
+  if (fused() && o.device.is_cuda()) scratch_ = at::empty({b, o.vocab_size}, on.dtype(at::kFloat));
   host_.assign(static_cast<size_t>(b), Sampling{});
   for (int64_t r = 0; r < b; ++r) set_row(r, Sampling{}, {}, {});
 }
@@ -365,21 +355,58 @@ void SamplingHead::pick_all(const at::Tensor& logits, const at::Tensor& takes) {
   rows.b = b;
   rows.any = rows.sampled = rows.top_k = rows.top_p = rows.min_p = true;
   rows.repetition = rows.additive = rows.bias = rows.min_tokens = rows.marks = true;
-  rows.logprobs = options_.max_logprobs > 0 ? options_.max_logprobs : -1;
+  rows.logprobs = options_.max_logprobs;
   for (int64_t r = 0; r < b; ++r) rows.sorted.push_back(r);
   pick_rows(logits, takes, rows);
 }
 
+bool SamplingHead::fused() const {
+  if (!options_.fused) return false;
+#if defined(STATICKV_HAS_CUDA)
+  if (options_.device.is_cuda()) return true;
+#endif
+  return options_.device.is_cpu();
+}
+
+void SamplingHead::pick_fused(const at::Tensor& logits, const at::Tensor& take, int64_t logprobs) {
+  const int64_t b = logits.size(0);
+  detail::FusedPick p;
+  p.logits = logits.contiguous();
+  p.params = params_.narrow(0, 0, b);
+  p.keys = keys_.narrow(0, 0, b);
+  p.generated = generated_.narrow(0, 0, b);
+  p.seen = seen_.narrow(0, 0, b);
+  p.penalty = penalty_.narrow(0, 0, b);
+  p.bias_ids = bias_ids_.narrow(0, 0, b);
+  p.bias_vals = bias_vals_.narrow(0, 0, b);
+  p.stop_ids = stop_ids_.narrow(0, 0, b);
+  p.hashed_ids = hashed_ids_;
+  p.take = take.contiguous();
+  p.logprobs = logprobs >= 0;
+  if (logprobs > 0) {
+    std::tie(p.top_logits, p.top_ids) = p.logits.topk(logprobs);
+  } else {
+    p.top_logits = at::empty({b, 0}, p.logits.options());
+    p.top_ids = at::empty({b, 0}, p.take.options());
+  }
+  p.out = out_.narrow(0, 0, b);
+#if defined(STATICKV_HAS_CUDA)
+  if (options_.device.is_cuda()) {
+    p.scratch = scratch_.narrow(0, 0, b);
+    detail::fused_pick_cuda(p);
+    return;
+  }
+#endif
+  detail::fused_pick_cpu(p);
+}
+
 void SamplingHead::pick_rows(const at::Tensor& logits, const at::Tensor& take, const Rows& rows) {
+  if (fused()) return pick_fused(logits, take, rows.logprobs);
   const int64_t b = rows.b;
   const at::Tensor x = penalized(logits, rows);
   auto [top, chosen] = x.max(-1, /*keepdim=*/true);
   const at::Tensor keys = keys_.narrow(0, 0, b);
-  if (rows.sampled && options_.device.is_cpu() && options_.fused_cpu) {
-    const detail::DrawColumns columns{kTemperature, kOneMinusTopP, kLogMinP, kSeedKey,
-                                      kDrawIndex,   kKthPosition,  kSampled};
-    detail::draw_sampled_cpu(x, params_.narrow(0, 0, b), keys, hashed_ids_, columns, chosen);
-  } else if (rows.sampled) {
+  if (rows.sampled) {
     const at::Tensor t = column(kTemperature, b);
     const at::Tensor scaled = x.div(t);
     const at::Tensor key = draw_keys(keys.select(1, kDrawIndex), keys.select(1, kSeedKey));
@@ -394,10 +421,12 @@ void SamplingHead::pick_rows(const at::Tensor& logits, const at::Tensor& take, c
   at::Tensor fresh = at::stack({chosen.to(at::kFloat), at::zeros_like(chosen, at::kFloat)}, 1);
   if (rows.logprobs >= 0) {
     const at::Tensor lp = logits.log_softmax(-1);
-    const auto [best, ids] = lp.topk(rows.logprobs);
-    fresh = at::cat({fresh, lp.gather(1, chosen.unsqueeze(1)),
-                     at::stack({ids.to(at::kFloat), best}, 2).view({b, 2 * rows.logprobs})},
-                    1);
+    fresh = at::cat({fresh, lp.gather(1, chosen.unsqueeze(1))}, 1);
+    if (rows.logprobs > 0) {
+      const auto [best, ids] = lp.topk(rows.logprobs);
+      fresh = at::cat(
+          {fresh, at::stack({ids.to(at::kFloat), best}, 2).view({b, 2 * rows.logprobs})}, 1);
+    }
   }
   const at::Tensor out = out_.narrow(0, 0, b).narrow(1, 0, fresh.size(1));
   out.copy_(at::where(take.unsqueeze(1).to(at::kBool), fresh, out));

@@ -71,13 +71,13 @@ StepCount count_decode_step(const LlamaModel& model, DecodePath path, int64_t ba
 }
 
 StepCount count_head_pick(int64_t vocab, int64_t batch, const Sampling& s, const at::Device& device,
-                          bool fused_cpu) {
+                          bool fused) {
   c10::InferenceMode inference;
   SamplingHeadOptions o;
   o.max_batch = batch;
   o.vocab_size = vocab;
   o.device = device;
-  o.fused_cpu = fused_cpu;
+  o.fused = fused;
   SamplingHead head(o);
   for (int64_t r = 0; r < batch; ++r) head.set_row(r, s, {1, 2, 3}, {0});
   const at::Tensor logits = at::randn({batch, vocab}, at::TensorOptions().device(device));

@@ -9,6 +9,7 @@
 #include <statickv/reference/checkpoint.hpp>
 #include <statickv/reference/sampling.hpp>
 #include <statickv/reference/scheduler.hpp>
+#include <statickv/reference/step_count.hpp>
 
 using namespace statickv;
 using namespace statickv::reference;
@@ -60,6 +61,71 @@ TEST_CASE("on CUDA, the sampling head draws the CPU's tokens with one host copy 
   // Integer draws are the same bits; log and the filters' sums may round a
   // last bit differently, which parts only near-ties.
   CHECK(same >= total - 3);
+}
+
+TEST_CASE("on CUDA, the fused pick picks what the composition and the CPU pick, every setting",
+          "[cuda][sampling]") {
+  // Note [sampling head]: one kernel per pick on CUDA; the composition it
+  // replaces and the CPU's fused pick agree with it on every stage.
+  const at::Device gpu(at::kCUDA, 0);
+  const int64_t rows = 7, vocab = 4096;
+  const std::vector<Sampling> settings = test::every_sampling_setting();
+  SamplingHeadOptions o;
+  o.max_batch = rows;
+  o.vocab_size = vocab;
+  o.max_logprobs = 4;
+  SamplingHead cpu(o);
+  o.device = gpu;
+  SamplingHead fused(o);
+  o.fused = false;
+  SamplingHead composed(o);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (SamplingHead* head : {&cpu, &fused, &composed}) {
+      head->set_row(r, settings[static_cast<size_t>(r)], {1, 2, 3}, {7, 8});
+    }
+  }
+  at::manual_seed(3);
+  int64_t same_composed = 0, same_cpu = 0, total = 0;
+  for (int step = 0; step < 60; ++step) {
+    const at::Tensor logits = at::randn({rows, vocab}) * (1 + step % 3);
+    const std::vector<bool> takes = {true, step % 3 != 0, true, true, true, step % 2 == 0, true};
+    cpu.pick(logits, takes);
+    OpCounter counter(gpu);
+    fused.pick(logits.to(gpu), takes);
+    const std::vector<Picked> got = fused.fetch(rows);
+    CHECK(counter.syncs() == 0);
+    CHECK(counter.host_copies() == 1);
+    composed.pick(logits.to(gpu), takes);
+    const std::vector<Picked> composition = composed.fetch(rows), host = cpu.fetch(rows);
+    for (size_t r = 0; r < got.size(); ++r) {
+      ++total;
+      same_composed += got[r].token == composition[r].token;
+      same_cpu += got[r].token == host[r].token;
+      if (got[r].token != composition[r].token) continue;
+      CHECK(got[r].logprob.logprob == Approx(composition[r].logprob.logprob).margin(1e-5));
+      for (size_t i = 0; i < got[r].logprob.top.size(); ++i) {
+        CHECK(got[r].logprob.top[i].first == composition[r].logprob.top[i].first);
+      }
+    }
+  }
+  // Sums in another order and log() may part a near-tie; penalties follow picks.
+  CHECK(same_composed >= total - 4);
+  CHECK(same_cpu >= total - 4);
+}
+
+TEST_CASE("on CUDA, a fused pick is at most 12 launches, greedy or sampled, at batch 1 and 16",
+          "[cuda][sampling]") {
+  const at::Device gpu(at::kCUDA, 0);
+  const std::vector<Sampling> settings = test::every_sampling_setting();
+  for (const int64_t batch : {1, 16}) {
+    for (const size_t which : {size_t{0}, size_t{1}, size_t{5}}) {
+      INFO("batch " << batch << ", settings of row " << which);
+      const reference::StepCount n = reference::count_head_pick(4096, batch, settings[which], gpu);
+      CHECK(n.outside <= 12);
+      CHECK(n.host_copies == 1);
+      CHECK(n.syncs == 0);
+    }
+  }
 }
 
 TEST_CASE("on CUDA, a Scheduler step copies to the host once and never syncs, greedy or sampled",

@@ -151,37 +151,43 @@ TEST_CASE("the head's filters are the host sampler's top-k then top-p", "[sampli
   CHECK(seen.masked_select(probs[2].eq(0)).sum().item<double>() == 0);
 }
 
-TEST_CASE("the fused CPU draw picks what the tensor composition (CUDA's) picks", "[sampling]") {
+TEST_CASE("the fused pick picks what the tensor composition picks, every setting per row",
+          "[sampling]") {
   SamplingHeadOptions o;
-  o.max_batch = 6;
+  o.max_batch = 7;
   o.vocab_size = 1000;
+  o.max_logprobs = 4;
   SamplingHead fused(o);
-  o.fused_cpu = false;
+  o.fused = false;
   SamplingHead composed(o);
-  // temperature, top_k, top_p, min_p: every filter alone and together, and a greedy row.
-  const std::vector<std::tuple<double, int64_t, double, double>> settings = {
-      {0.8, 0, 0.95, 0.0}, {1.0, 0, 1.0, 0.0}, {1.2, 50, 1.0, 0.0},
-      {0.7, 0, 1.0, 0.05}, {0.0, 0, 1.0, 0.0}, {1.5, 200, 0.6, 0.01}};
-  for (int64_t r = 0; r < 6; ++r) {
-    Sampling s;
-    std::tie(s.temperature, s.top_k, s.top_p, s.min_p) = settings[static_cast<size_t>(r)];
-    s.seed = static_cast<uint64_t>(r) * 77;
-    fused.set_row(r, s, {}, {});
-    composed.set_row(r, s, {}, {});
+  const std::vector<Sampling> rows = test::every_sampling_setting();
+  for (int64_t r = 0; r < 7; ++r) {
+    fused.set_row(r, rows[static_cast<size_t>(r)], {1, 2, 3}, {7, 8});
+    composed.set_row(r, rows[static_cast<size_t>(r)], {1, 2, 3}, {7, 8});
   }
   at::manual_seed(5);
   int64_t same = 0, total = 0;
   for (int step = 0; step < 150; ++step) {
-    const at::Tensor logits = at::randn({6, 1000}) * (1 + step % 4);
-    const std::vector<bool> takes(6, true);
+    const at::Tensor logits = at::randn({7, 1000}) * (1 + step % 4);
+    const std::vector<bool> takes = {true, step % 3 != 0, true, true, step % 2 == 0, true, true};
     fused.pick(logits, takes);
     composed.pick(logits, takes);
-    const auto a = fused.fetch(6), b = composed.fetch(6);
-    for (size_t r = 0; r < 6; ++r) same += a[r].token == b[r].token, ++total;
+    const auto a = fused.fetch(7), b = composed.fetch(7);
+    for (size_t r = 0; r < 7; ++r) {
+      INFO("step " << step << ", row " << r);
+      same += a[r].token == b[r].token, ++total;
+      if (a[r].token != b[r].token) continue;
+      CHECK(a[r].logprob.logprob == Approx(b[r].logprob.logprob).margin(1e-5));
+      REQUIRE(a[r].logprob.top.size() == b[r].logprob.top.size());
+      for (size_t i = 0; i < a[r].logprob.top.size(); ++i) {
+        CHECK(a[r].logprob.top[i].first == b[r].logprob.top[i].first);
+        CHECK(a[r].logprob.top[i].second == Approx(b[r].logprob.top[i].second).margin(1e-5));
+      }
+    }
   }
   // log() may round a last bit differently (vectorized or not): a near-tie
-  // of two scores may part, nothing more.
-  CHECK(same >= total - 2);
+  // of two scores may part, and the penalties then follow each pick.
+  CHECK(same >= total - 3);
 }
 
 TEST_CASE("pick_all, every stage for every row, picks what pick picks", "[sampling]") {
@@ -191,7 +197,7 @@ TEST_CASE("pick_all, every stage for every row, picks what pick picks", "[sampli
     o.max_batch = 5;
     o.vocab_size = kVocab;
     o.max_logprobs = 4;
-    o.fused_cpu = fused;
+    o.fused = fused;
     SamplingHead selective(o), all(o);
     std::vector<Sampling> rows(5);
     rows[0].temperature = 0.9, rows[0].top_p = 0.8, rows[0].presence_penalty = 0.7;

@@ -55,9 +55,11 @@ struct SamplingHeadOptions {
   int64_t max_logprobs = 20;  ///< widest top-N a row may ask (<= 20)
   int64_t max_bias = 300;     ///< most logit-bias ids per row
   int64_t max_stop = 16;      ///< most stop ids min_tokens masks per row
-  /// On the CPU, draw sampled rows with one fused kernel (false: the
-  /// tensor composition CUDA runs, for tests and the benchmark).
-  bool fused_cpu = true;
+  /// A pick is one fused kernel (penalties, greedy and sampled draws, log-
+  /// probabilities, bookkeeping) on the CPU and, in a CUDA build, on CUDA;
+  /// false: the tensor composition that computes the same, for tests and
+  /// the benchmark.
+  bool fused = true;
 };
 
 /// Refuses, naming the argument, settings the head cannot take: a
@@ -170,6 +172,8 @@ class SamplingHead {
                              const at::Tensor& q, const at::Tensor& key) const;
   void check_logits(const at::Tensor& logits) const;
   void pick_rows(const at::Tensor& logits, const at::Tensor& take, const Rows& rows);
+  bool fused() const;  // the fused kernel serves this head's device
+  void pick_fused(const at::Tensor& logits, const at::Tensor& take, int64_t logprobs);
   at::Tensor penalized(const at::Tensor& logits, const Rows& rows) const;
   at::Tensor floor(const at::Tensor& scaled, const at::Tensor& top, const Rows& rows,
                    const Table& t) const;
@@ -189,6 +193,7 @@ class SamplingHead {
   at::Tensor
       out_;  // float32 [B, 3 + 2 * max_logprobs]: id, accepted, logprob, top ids, top logprobs
   at::Tensor hashed_ids_;       // int64 [vocab]: (id * golden) mod 2^32, the draws' per-id input
+  at::Tensor scratch_;          // float32 [B, vocab] (fused, CUDA): the penalized logits
   std::vector<Sampling> host_;  // each row's settings, for what a call must compute
 };
 

@@ -66,8 +66,8 @@ StepCount count_decode_step(const LlamaModel& model, DecodePath path, int64_t ba
 /// every row of `batch` with settings `s` on random logits [batch, vocab]
 /// on `device`, then the fetch of every row's result, counted by
 /// OpCounter after a first, uncounted pick. `outside` holds its launches.
-/// `fused_cpu` false: the tensor composition CUDA runs, on the CPU too.
+/// `fused` false: the tensor composition (SamplingHeadOptions::fused).
 StepCount count_head_pick(int64_t vocab, int64_t batch, const Sampling& s, const at::Device& device,
-                          bool fused_cpu = true);
+                          bool fused = true);
 
 }  // namespace statickv::reference

@@ -1,0 +1,67 @@
+#pragma once
+// The sampling head's fused pick (Note [sampling head]): everything a pick
+// does for its taking rows in one kernel per device: the logit bias, the
+// min_tokens mask, the repetition, presence and frequency penalties, the
+// greedy argmax, the sampled draw (temperature, the top-k, top-p and min-p
+// floor, the counter-based Gumbel draw), the log-probabilities of the
+// chosen token and of the alternatives top-k found, the draw index, the
+// token marks and the result table. It computes what the head's tensor
+// composition computes. Not installed; sampling_head.cpp calls it.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+namespace statickv::reference::detail {
+
+/// The draws' 32-bit mixer (docs/sampling.md): one home for the host
+/// mirror (draw keys) and the fused kernels; the tensor form is in
+/// sampling_head.cpp.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+    inline uint32_t
+    mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x45d9f3bU;
+  x ^= x >> 16;
+  x *= 0x45d9f3bU;
+  return x ^ (x >> 16);
+}
+
+/// The columns of SamplingHead's per-row tables. params (float32):
+enum Param : int64_t {
+  kTemperature,  // the divisor: the row's temperature, 1 for a greedy row
+  kOneMinusTopP,
+  kLogMinP,  // log(min_p): -inf when off
+  kRepetition,
+  kPresence,
+  kFrequency,
+  kParams
+};
+/// keys (int64):
+enum Key : int64_t { kSeedKey, kDrawIndex, kKthPosition, kMinTokens, kSampled, kKeys };
+
+/// One fused pick over rows [0, b): views of the head's tables.
+struct FusedPick {
+  at::Tensor logits;                    // float32 [b, vocab], contiguous
+  at::Tensor params, keys;              // [b, kParams] float32, [b, kKeys] int64
+  at::Tensor generated, seen, penalty;  // [b, vocab]: bool, bool, float32
+  at::Tensor bias_ids, bias_vals;       // [b, max_bias]: int64, float32
+  at::Tensor stop_ids;                  // [b, max_stop] int64
+  at::Tensor hashed_ids;                // int64 [vocab]: (id * golden) mod 2^32
+  at::Tensor take;                      // int64 [b]: 1 where the row picks
+  at::Tensor top_ids, top_logits;       // [b, n] int64, float32: the raw logits' top n
+  bool logprobs = false;                // write the log-probability columns
+  at::Tensor out;                       // float32 [b, >= 3 + 2n]: the result table's rows
+  at::Tensor scratch;                   // float32 [b, vocab] (CUDA): the penalized logits
+};
+
+/// On the CPU (rows in parallel).
+void fused_pick_cpu(const FusedPick& p);
+#if defined(STATICKV_HAS_CUDA)
+/// On CUDA: one block per row, on the current stream; no host sync.
+void fused_pick_cuda(const FusedPick& p);
+#endif
+
+}  // namespace statickv::reference::detail
