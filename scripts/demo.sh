@@ -17,15 +17,19 @@
 #                longdoc: Gemma 3 270M continues a long document on its rings, against
 #                transformers, on the CPU; agreement: bf16/fp16 answers against fp32,
 #                always in --full; http: statickv-serve --http against transformers
-#                serve on one trace of SmolLM2 chats, BENCHMARKS.md item 20)
+#                serve on one trace of SmolLM2 chats, BENCHMARKS.md item 20;
+#                servers, only when named: one load generator against statickv-serve
+#                (HTTP and JSON lines), transformers serve and llama.cpp's llama-server,
+#                which it builds once into the build tree, BENCHMARKS.md item 23)
 #   --no-hf      skip the Hugging Face comparison
 #   --results    where JSON, logs, REPORT.md and plots go (default: results/)
 # Every variant runs interleaved with the others in one process; ratios are
 # medians of paired per-round ratios with p10..p90.
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
 mode=quick device=auto dtype="" threads="" only="" hf=1 results=""
 longdoc=(--tokens 2000 --new-tokens 16)  # the CPU runs it whatever --device says
 http=(--requests 8 --rate 2 --max-tokens 16 --prefill-chunk 256 --transformers-modes continuous)
+servers=(--concurrency 4 --requests 8 --max-tokens 16)
 while (($#)); do
   case "$1" in
     --quick) mode=quick ;;
@@ -115,6 +119,7 @@ else
     speculative=(--rounds 5 --max-new 96)
     offload=(--rounds 15 --calls 2)
     http=(--requests 32 --rate 2 --max-tokens 32 --prefill-chunk 256)
+    servers=(--concurrency 1,4,16 --max-tokens 32)
   else
     model=(--shape small --context 1024 --max-len 2048 --rounds 10 --calls 3)
     decode=(--rounds 25 --calls 3)
@@ -206,6 +211,14 @@ if ((hf)) && want http && [ -f "$SMOLLM2/convert.stamp.json" ] &&
   run http_serve "$PY" "$STATICKV_ROOT/benchmarks/http_serve.py" --checkpoint "$SMOLLM2" \
     --serve "$BUILD_DIR/apps/statickv-serve" --device "$device" ${threads:+--threads "$threads"} \
     "${http[@]}" --json "$RESULTS/http_serve.json"
+fi
+# Opt-in (--only servers): three servers under one load generator.
+if ((hf)) && [[ ",$only," == *",servers,"* ]] && [ -f "$SMOLLM2/convert.stamp.json" ]; then
+  mapfile -t llama < <(bash "$STATICKV_ROOT/benchmarks/servers/llama_server.sh" "$BUILD_DIR" \
+    "$SMOLLM2" "$PY" | tail -2)
+  run serve_load "$PY" "$STATICKV_ROOT/benchmarks/serve_load.py" --checkpoint "$SMOLLM2" \
+    --serve "$BUILD_DIR/apps/statickv-serve" --llama-server "${llama[0]}" --gguf "${llama[1]}" \
+    --device "$device" ${threads:+--threads "$threads"} "${servers[@]}" --json "$RESULTS/serve_load.json"
 fi
 if ((hf)) && want smollm2 && [ -f "$SMOLLM2/convert.stamp.json" ]; then
   run hf_smollm2 "$PY" "$STATICKV_ROOT/benchmarks/hf_compare.py" --parts smollm2 --checkpoint "$SMOLLM2" \

@@ -291,13 +291,14 @@ void report(const Scheduler& engine, const Options& o) {
   print_cache_bytes(engine.cache());
   std::fprintf(stderr,
                "statickv-serve: %lld requests (%lld completed, %lld cancelled, %lld rejected), "
-               "%lld steps (%lld with prefill), occupancy %.3f, padded fraction %.3f, captures "
-               "%lld, replays %lld, eager runs %lld\n",
+               "%lld steps (%lld with prefill, mean %.2f ms), occupancy %.3f, padded fraction "
+               "%.3f, captures %lld, replays %lld, eager runs %lld\n",
                static_cast<long long>(s.submitted + s.rejected),
                static_cast<long long>(s.completed), static_cast<long long>(s.cancelled),
                static_cast<long long>(s.rejected), static_cast<long long>(s.steps),
-               static_cast<long long>(s.mixed_steps), s.occupancy(), s.padded_fraction(),
-               static_cast<long long>(s.runner.captures), static_cast<long long>(s.runner.replays),
+               static_cast<long long>(s.mixed_steps), 1e3 * s.mean_step_seconds(), s.occupancy(),
+               s.padded_fraction(), static_cast<long long>(s.runner.captures),
+               static_cast<long long>(s.runner.replays),
                static_cast<long long>(s.runner.eager_runs));
   if (s.prefix_budget > 0) {
     std::fprintf(

@@ -37,6 +37,10 @@ double EngineStats::padded_fraction() const {
   return total > 0 ? static_cast<double>(padded_tokens) / static_cast<double>(total) : 0.0;
 }
 
+double EngineStats::mean_step_seconds() const {
+  return steps > 0 ? step_seconds / static_cast<double>(steps) : 0.0;
+}
+
 namespace serving_detail {
 
 namespace {

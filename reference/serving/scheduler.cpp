@@ -467,6 +467,7 @@ void Scheduler::step() {
   RowTable& table = *s.table;
   SchedulerSteps::admit(s);
   if (table.live() == 0) return;
+  const auto started = ServeClock::now();
   const size_t prefilling = table.prefilling();
   const int64_t decoding = static_cast<int64_t>(table.live() - prefilling);
   const std::vector<int64_t> fed =
@@ -519,6 +520,7 @@ void Scheduler::step() {
     count(s.stats, *done);
   }
   s.stats.row_copies = table.row_copies();
+  s.stats.step_seconds += std::chrono::duration<double>(ServeClock::now() - started).count();
 }
 
 void Scheduler::run_until_idle() {

@@ -125,7 +125,8 @@ struct EngineStats {
   int64_t real_tokens = 0;    ///< decode and prompt tokens fed
   int64_t padded_tokens = 0;  ///< computed at the padded shape but not real
   int64_t submitted = 0, rejected = 0, completed = 0, cancelled = 0;
-  int64_t row_copies = 0;  ///< cache rows copied by moves (copy_row) and regroups (reorder)
+  int64_t row_copies = 0;   ///< cache rows copied by moves (copy_row) and regroups (reorder)
+  double step_seconds = 0;  ///< wall time inside the steps counted (`steps`)
   /// Note [prefix cache]: requests that started from a saved or live
   /// prefix, the prompt tokens they did not prefill, and the pool.
   int64_t prefix_hits = 0, prefix_tokens_reused = 0;
@@ -137,6 +138,8 @@ struct EngineStats {
   double occupancy() const;
   /// Padded over computed tokens.
   double padded_fraction() const;
+  /// Mean wall seconds of a step (0 before the first).
+  double mean_step_seconds() const;
 };
 
 class Scheduler {
