@@ -11,7 +11,6 @@
 #include "sampling_fused.hpp"
 
 #include <ATen/Parallel.h>
-#include <ATen/record_function.h>
 
 #include <algorithm>
 #include <cmath>
@@ -175,7 +174,6 @@ void advance_row(const FusedPick& p, int64_t r, int64_t pick) {
 }  // namespace
 
 void fused_pick_cpu(const FusedPick& p) {
-  RECORD_FUNCTION("statickv::sample_pick", std::vector<c10::IValue>({p.logits, p.params}));
   const int64_t b = p.logits.size(0), vocab = p.logits.size(1);
   const int64_t* take = p.take.data_ptr<int64_t>();
   const int64_t* keys = p.keys.data_ptr<int64_t>();

@@ -8,6 +8,7 @@
 
 #include "sampling_fused.hpp"
 
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -331,6 +332,8 @@ void SamplingHead::check_logits(const at::Tensor& logits) const {
                   logits.size(0) <= options_.max_batch && logits.scalar_type() == at::kFloat,
               "logits: expected float32 [b <= ", options_.max_batch, ", ", options_.vocab_size,
               "] but got ", logits.scalar_type(), " ", logits.sizes());
+  TORCH_CHECK(logits.device() == options_.device, "logits: expected a tensor on the head's device ",
+              options_.device, " but got one on ", logits.device());
 }
 
 void SamplingHead::pick(const at::Tensor& logits, const std::vector<bool>& takes) {
@@ -347,9 +350,10 @@ void SamplingHead::pick(const at::Tensor& logits, const std::vector<bool>& takes
 void SamplingHead::pick_all(const at::Tensor& logits, const at::Tensor& takes) {
   check_logits(logits);
   const int64_t b = logits.size(0);
-  TORCH_CHECK(takes.dim() == 1 && takes.size(0) == b && takes.scalar_type() == at::kLong,
-              "takes: expected int64 [", b, "] on the head's device but got ", takes.scalar_type(),
-              " ", takes.sizes());
+  TORCH_CHECK(takes.dim() == 1 && takes.size(0) == b && takes.scalar_type() == at::kLong &&
+                  takes.device() == options_.device,
+              "takes: expected int64 [", b, "] on the head's device ", options_.device, " but got ",
+              takes.scalar_type(), " ", takes.sizes(), " on ", takes.device());
   // Every stage, whatever the rows ask: the same launches for any settings.
   Rows rows;
   rows.b = b;
@@ -390,6 +394,8 @@ void SamplingHead::pick_fused(const at::Tensor& logits, const at::Tensor& take, 
     p.top_ids = at::empty({b, 0}, p.take.options());
   }
   p.out = out_.narrow(0, 0, b);
+  // One kernel on either device; named for OpCounter (Note [counted step]).
+  RECORD_FUNCTION("statickv::sample_pick", std::vector<c10::IValue>({p.logits, p.params}));
 #if defined(STATICKV_HAS_CUDA)
   if (options_.device.is_cuda()) {
     p.scratch = scratch_.narrow(0, 0, b);

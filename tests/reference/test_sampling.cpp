@@ -351,6 +351,34 @@ TEST_CASE("bad sampling settings are refused by name before anything is written"
   refused(s, {"logit_bias", "distinct", "3 twice"});
   s = good, s.logit_bias = {{kVocab, 1.0}};
   refused(s, {"logit_bias", "vocab_size=64", "got 64"});
+  // A pick's own arguments: logits of another shape, dtype or device, and
+  // takes flags that do not match them.
+  require_error(
+      [&] {
+        head.pick(at::randn({1, kVocab + 1}), {true});
+      },
+      {"logits", "float32 [b <= 1, 64]", "[1, 65]"});
+  require_error(
+      [&] {
+        head.pick(at::randn({1, kVocab}, at::kDouble), {true});
+      },
+      {"logits", "float32", "Double"});
+  require_error(
+      [&] {
+        head.pick(at::empty({1, kVocab}, at::device(at::kMeta)), {true});
+      },
+      {"logits", "the head's device cpu", "meta"});
+  require_error(
+      [&] {
+        head.pick(at::randn({1, kVocab}), {true, true});
+      },
+      {"takes", "1 flags", "got 2"});
+  require_error(
+      [&] {
+        head.pick_all(at::randn({1, kVocab}),
+                      at::ones({1}, at::device(at::kMeta).dtype(at::kLong)));
+      },
+      {"takes", "on the head's device cpu", "meta"});
   // Row 0 still draws with its good settings.
   SamplingHead fresh = make_head(1);
   fresh.set_row(0, good, {}, {});
