@@ -32,7 +32,7 @@ def version():
     return re.search(r'kVersion = "([^"]+)"', text).group(1)
 
 
-def cmake_configure_args(package_dir):
+def cmake_configure_args(package_dir, tree):
     """The library and the extension only, installed into the package."""
     args = [
         "-DCMAKE_BUILD_TYPE=Release",
@@ -47,8 +47,11 @@ def cmake_configure_args(package_dir):
         args.append(f"-DSTATICKV_BUILD_{part}=OFF")
     if shutil.which("ninja"):
         args += ["-G", "Ninja"]
-    if os.environ.get("CXX"):
-        args.append(f"-DCMAKE_CXX_COMPILER={os.environ['CXX']}")
+    # The compiler only on the first configure, as an absolute path: CMake
+    # caches it resolved, and a different spelling on a later configure makes
+    # it drop the cache and re-run without the options above.
+    if os.environ.get("CXX") and not (tree / "CMakeCache.txt").exists():
+        args.append(f"-DCMAKE_CXX_COMPILER={shutil.which(os.environ['CXX']) or os.environ['CXX']}")
     return args
 
 
@@ -62,7 +65,7 @@ class CMakeBuild(build_ext):
         tree.mkdir(parents=True, exist_ok=True)
         jobs = os.environ.get("MAX_JOBS") or str(os.cpu_count() or 1)
         subprocess.run(["cmake", "-S", str(ROOT), "-B", str(tree)]
-                       + cmake_configure_args(package_dir), check=True)
+                       + cmake_configure_args(package_dir, tree), check=True)
         subprocess.run(["cmake", "--build", str(tree), "-j", jobs, "--target", "statickv_python"],
                        check=True)
         subprocess.run(["cmake", "--install", str(tree)], check=True)
