@@ -72,7 +72,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from http_serve import (  # noqa: E402  (its server handling and commands)
-    Server, free_port, http_get, percentile, statickv_command, transformers_command,
+    Server, free_port, http_get, ms, percentile, statickv_command, transformers_command,
     transformers_env, version)
 from hf_compare import cpu_model  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
@@ -349,10 +349,6 @@ def summarize(records, wall, client_cpu, step_ms):
             "errors": [r["error"] for r in records if r and r.get("error")][:5]}
 
 
-def ms(value):
-    return "-" if value is None else f"{1e3 * value:.0f}"
-
-
 def median_round(rounds):
     """The round whose tokens/s is the median (the lower of two middles)."""
     ordered = sorted(rounds, key=lambda r: r["tokens_per_s"] or 0)
@@ -382,8 +378,8 @@ def print_level(concurrency, rounds):
             same = f"{sum(a == b for a, b in pairs)}/{len(pairs)}"
         step = "-" if r["mean_step_ms"] is None else f"{r['mean_step_ms']:.1f}"
         print(f"  {name:<13} {r['completed']:>3}/{r['requests']:<3} {r['output_tokens']:>6} "
-              f"{r['tokens_per_s']:>7.2f} {ms(r['ttft_p50_s']):>9} {ms(r['ttft_p99_s']):>9} "
-              f"{ms(r['itl_p50_s']):>8} {ms(r['itl_p99_s']):>8} {step:>8} "
+              f"{r['tokens_per_s']:>7.2f} {ms(r['ttft_p50_s'], 0):>9} {ms(r['ttft_p99_s'], 0):>9} "
+              f"{ms(r['itl_p50_s'], 0):>8} {ms(r['itl_p99_s'], 0):>8} {step:>8} "
               f"{100 * r['client_cpu']:>5.0f}% {same:>9}")
         for error in r["errors"]:
             print(f"    error: {error}")
