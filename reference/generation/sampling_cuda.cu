@@ -7,8 +7,10 @@
 // kth smallest value by count; top-p: the smallest value whose ascending
 // mass exceeds 1 - top_p; min-p: max + log(min_p)) and draws the argmax of
 // scaled + Gumbel noise above it, the noise from the integer hash every
-// device shares. Thread 0 then writes the result row, the draw index and
-// the token marks. Products and sums are rounded as the unfused ops round
+// device shares. As on the CPU, the draw races the top-k and min-p
+// survivors first and finds top-p's floor only when top-p drops the
+// winner. Thread 0 then writes the result row, the draw index and the
+// token marks. Products and sums are rounded as the unfused ops round
 // them (no fused multiply-add). Its CPU twin is sampling_cpu.cpp.
 
 #include "sampling_fused.hpp"
@@ -164,24 +166,12 @@ __device__ float top_p_floor(const float* s, int64_t vocab, float top, float kth
 }
 
 __device__ float gumbel(uint32_t h) {
-  const float u = __fmul_rn(__fadd_rn(static_cast<float>(h >> 8), 0.5f), 1.0f / 16777216.0f);
+  const float u = __fmul_rn(__fadd_rn(static_cast<float>(h >> 9), 0.5f), 1.0f / 8388608.0f);
   return -logf(-logf(u));
 }
 
-/// A sampled row's draw over its scaled logits `s`.
-__device__ int64_t draw(const Args& a, const float* s, float top, const float* param,
-                        const int64_t* key) {
-  float floor = __fadd_rn(top, param[kLogMinP]);  // -inf when min_p is off
-  float kth = -INFINITY;
-  if (key[kKthPosition] > 0) {
-    kth = kth_smallest(s, a.vocab, key[kKthPosition]);
-    floor = fmaxf(floor, kth);
-  }
-  if (param[kOneMinusTopP] > 0.0f) {
-    floor = fmaxf(floor, top_p_floor(s, a.vocab, top, kth, param[kOneMinusTopP]));
-  }
-  const auto draw_key =
-      static_cast<uint32_t>((key[kSeedKey] + key[kDrawIndex] * 0x9e3779b1LL) & 0xffffffffLL);
+/// The argmax of scaled + Gumbel noise over the tokens of `s` at or above `floor`.
+__device__ int64_t race_above(const Args& a, const float* s, float floor, uint32_t draw_key) {
   Best best{-INFINITY, -1};
   for (int64_t i = threadIdx.x; i < a.vocab; i += kThreads) {
     const float v = s[i];
@@ -192,6 +182,43 @@ __device__ int64_t draw(const Args& a, const float* s, float top, const float* p
   }
   const Best picked = block_best(best);
   return picked.index < 0 ? 0 : picked.index;
+}
+
+/// Whether top-p keeps `value`: it is the largest, or the mass at or below
+/// it (over the values >= `kth`) exceeds `drop` of the whole.
+__device__ bool top_p_keeps(const float* s, int64_t vocab, float value, float top, float kth,
+                            float drop) {
+  if (value == top) return true;
+  double total = 0, above = 0;
+  for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
+    if (s[i] < kth || s[i] == -INFINITY) continue;
+    const double w = expf(__fsub_rn(s[i], top));
+    total += w;
+    if (s[i] > value) above += w;
+  }
+  total = block_sum(total);
+  above = block_sum(above);
+  return total - above > static_cast<double>(drop) * total;
+}
+
+/// A sampled row's draw over its scaled logits `s`: the race over the
+/// top-k and min-p survivors, whose winner is the draw whenever top-p keeps
+/// it; only otherwise is top-p's floor found and the race rerun above it.
+__device__ int64_t draw(const Args& a, const float* s, float top, const float* param,
+                        const int64_t* key) {
+  float floor = __fadd_rn(top, param[kLogMinP]);  // -inf when min_p is off
+  float kth = -INFINITY;
+  if (key[kKthPosition] > 0) {
+    kth = kth_smallest(s, a.vocab, key[kKthPosition]);
+    floor = fmaxf(floor, kth);
+  }
+  const auto draw_key =
+      static_cast<uint32_t>((key[kSeedKey] + key[kDrawIndex] * 0x9e3779b1LL) & 0xffffffffLL);
+  const int64_t pick = race_above(a, s, floor, draw_key);
+  const float drop = param[kOneMinusTopP];
+  if (drop <= 0.0f || top_p_keeps(s, a.vocab, s[pick], top, kth, drop)) return pick;
+  floor = fmaxf(floor, top_p_floor(s, a.vocab, top, kth, drop));
+  return race_above(a, s, floor, draw_key);
 }
 
 /// Row r's penalized logits into `s`; returns this thread's greedy best.

@@ -63,10 +63,11 @@ int64_t draw_key(uint64_t seed, int64_t index) {
 
 namespace {
 
-/// Uniform numbers in (0, 1) from hashes h in [0, 2^32): their top 24
-/// bits, centred in their interval, so a log of them is finite.
+/// Uniform numbers in (0, 1) from hashes h in [0, 2^32): their top 23
+/// bits, centred in their interval. Exact in float (24 bits would round
+/// the top one to 1, whose noise is infinite), so a log of them is finite.
 at::Tensor unit(const at::Tensor& h) {
-  return h.bitwise_right_shift(8).to(at::kFloat).add_(0.5).mul_(1.0 / 16777216.0);
+  return h.bitwise_right_shift(9).to(at::kFloat).add_(0.5).mul_(1.0 / 8388608.0);
 }
 
 /// Gumbel noise from hashed ids ((id * kGolden) mod 2^32) and keys [b].

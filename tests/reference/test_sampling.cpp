@@ -57,6 +57,17 @@ uint32_t mix32(uint32_t x) {
   return x ^ (x >> 16);
 }
 
+/// mix32's inverse: the key whose hash with token id 0 is h.
+uint32_t unmix32(uint32_t h) {
+  uint32_t inverse = 0x45d9f3bU;  // Newton's iteration for 0x45d9f3b^-1 mod 2^32
+  for (int i = 0; i < 5; ++i) inverse *= 2U - 0x45d9f3bU * inverse;
+  h ^= h >> 16;
+  h *= inverse;
+  h ^= h >> 16;
+  h *= inverse;
+  return h ^ (h >> 16);
+}
+
 }  // namespace
 
 TEST_CASE("draws are integer functions of seed, draw index and token id", "[sampling]") {
@@ -71,7 +82,7 @@ TEST_CASE("draws are integer functions of seed, draw index and token id", "[samp
   for (int64_t id : {0, 1, 17, 999}) {
     const uint32_t h = mix32(static_cast<uint32_t>((id * 0x9e3779b1LL) & 0xffffffffLL) ^
                              static_cast<uint32_t>(key));
-    const float u = (static_cast<float>(h >> 8) + 0.5f) * (1.0f / 16777216.0f);
+    const float u = (static_cast<float>(h >> 9) + 0.5f) * (1.0f / 8388608.0f);
     // The integer draw is exact; log may round its last bit differently.
     CHECK(noise[0][id].item<float>() == Approx(-std::log(-std::log(u))).epsilon(1e-6));
   }
@@ -86,6 +97,20 @@ TEST_CASE("draws are integer functions of seed, draw index and token id", "[samp
       sampling_noise(at::tensor({key}), at::arange(200000, at::kLong).view({1, -1}));
   CHECK(many.mean().item<double>() == Approx(0.5772).margin(0.02));
   CHECK(many.var().item<double>() == Approx(M_PI * M_PI / 6).margin(0.05));
+}
+
+TEST_CASE("the noise is finite at both ends of the hash range", "[sampling]") {
+  // u's 23 bits are exact in float: the largest hash's u is below 1, so no
+  // token's noise is infinite (with 24 bits it rounded to 1: g = inf).
+  for (const uint32_t h : {0xffffffffU, 0U}) {
+    const uint32_t key = unmix32(h);
+    REQUIRE(mix32(key) == h);
+    const at::Tensor g =
+        sampling_noise(at::tensor({static_cast<int64_t>(key)}), at::zeros({1, 1}, at::kLong));
+    INFO("hash " << h << ": noise " << g.item<float>());
+    CHECK(std::isfinite(g.item<float>()));
+    CHECK(std::abs(g.item<float>()) < 17.0f);
+  }
 }
 
 TEST_CASE("a request draws the same tokens alone or in any row of any batch", "[sampling]") {
