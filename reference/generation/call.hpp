@@ -53,6 +53,16 @@ struct Call {
     return run_pass(model, nullptr, *backend, in, which);
   }
 
+  /// The verification pass and the head's acceptance rule over `drafts`
+  /// (Engine::run_and_verify); every token's logits [b, k + 1, vocab].
+  at::Tensor verify(const StepInputs& in, const DraftSet& drafts,
+                    const std::vector<bool>& takes) const {
+    if (engine) return engine->run_and_verify(in, drafts, takes);
+    at::Tensor logits = forward(Pass::kVerify, in, Logits::kAll);
+    head->verify(logits.to(at::kFloat), drafts, takes);
+    return logits;
+  }
+
   bool is_eos(int64_t id) const {
     const auto& eos = model.config().eos_token_ids;
     return std::find(eos.begin(), eos.end(), id) != eos.end();

@@ -64,6 +64,20 @@ StepInputs StepPacker::take() {
   return in;
 }
 
+namespace {
+
+/// A draft model's distributions [b, k, vocab] as a verification step's
+/// [b, k + 1, vocab] input: draft t at column t + 1, zeros in column 0 and
+/// wherever no draft was drawn (rows without drafts accept none).
+at::Tensor draft_grid(const StepInputs& in, const at::Device& device, int64_t vocab) {
+  const int64_t b = in.ids.size(0), k1 = in.ids.size(1);
+  const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
+  if (!in.draft_q.defined()) return at::zeros({b, k1, vocab}, options);
+  return at::cat({at::zeros({b, 1, vocab}, options), in.draft_q.to(options)}, 1);
+}
+
+}  // namespace
+
 at::Tensor run_pass(const LlamaModel& model, GraphRunner* runner, AttentionBackend& backend,
                     const StepInputs& in, Logits which) {
   const at::Device device = model.device();
@@ -74,11 +88,14 @@ at::Tensor run_pass(const LlamaModel& model, GraphRunner* runner, AttentionBacke
     return device.is_cuda() ? t.pin_memory().to(device, /*non_blocking=*/true) : t.to(device);
   };
   const at::Tensor ids = on_device(in.ids), pos = on_device(in.positions);
-  if (runner && runner->input_count() == 3) {
+  if (runner && runner->input_count() > 2) {
     // The head's takes ride in every column of their row (the step reads column 0).
     const at::Tensor takes = in.takes.defined() ? in.takes : at::zeros_like(in.ids.select(1, 0));
     const at::Tensor grid = takes.view({-1, 1}).expand_as(in.ids).contiguous();
-    return runner->run({ids, pos, on_device(grid)}, in.attend)[0];
+    std::vector<at::Tensor> args = {ids, pos, on_device(grid)};
+    if (runner->input_count() == 4)
+      args.push_back(draft_grid(in, device, model.config().vocab_size));
+    return runner->run(args, in.attend)[0];
   }
   if (runner) return runner->run({ids, pos}, in.attend)[0];
   return model.forward(ids, pos, backend, in.attend, which);
@@ -192,12 +209,37 @@ void Engine::build_runners() {
   }
   if (o.speculate > 0) {
     ro.query_buckets = ShapeBuckets::of({o.speculate + 1});
-    verify_runner_ = std::make_unique<GraphRunner>(inputs, step_of(Logits::kAll), ro);
+    verify_runner_ = std::make_unique<GraphRunner>(verifying_inputs(), verify_step(), ro);
   }
   // Prefill keeps each row's newest logits only: [B, vocab] per key.
   ro.query_buckets = *o.prompt_buckets;
   ro.row_outputs = {0};
   prefill_runner_ = std::make_unique<GraphRunner>(picking, step_of(Logits::kLast), ro);
+}
+
+// The verification runner's inputs: with the head inside its step, each
+// row's takes and, with a draft model, the drafts' distributions.
+std::vector<InputSpec> Engine::verifying_inputs() const {
+  std::vector<InputSpec> in = {{"ids", at::kLong, {}, 0}, {"positions", at::kLong, {}, -1}};
+  if (!head_in_step_) return in;
+  in.push_back({"takes", at::kLong, {}, 0});
+  if (options_.draft_model) in.push_back({"q", at::kFloat, {model_.config().vocab_size}, 0.0});
+  return in;
+}
+
+// A verification step: every token's logits, then, with the head inside
+// it, the acceptance rule over the drafts the ids hold (Note [sampling
+// head]); padded rows take nothing.
+GraphRunner::StepFn Engine::verify_step() {
+  return [this](const std::vector<at::Tensor>& in, const GraphKey& key) {
+    at::Tensor out = model_.forward(in[0], in[1], *backend_, key.attend_len, Logits::kAll);
+    if (in.size() > 2) {
+      const int64_t k = in[0].size(1) - 1;
+      const at::Tensor q = in.size() == 4 ? in[3].narrow(1, 1, k) : at::Tensor();
+      head_->verify_all(out.to(at::kFloat), in[0], in[1], in[2].select(1, 0), q);
+    }
+    return std::vector<at::Tensor>{out};
+  };
 }
 
 GraphRunner* Engine::runner(Pass pass) const {
@@ -232,6 +274,25 @@ at::Tensor Engine::run_and_pick(Pass pass, const StepInputs& in, const std::vect
   with.takes = at::tensor(std::vector<int64_t>(takes.begin(), takes.end()),
                           at::TensorOptions().dtype(at::kLong));
   return newest_logits(run(pass, with, Logits::kLast));
+}
+
+at::Tensor Engine::run_and_verify(const StepInputs& in, const DraftSet& drafts,
+                                  const std::vector<bool>& takes) {
+  TORCH_CHECK(head_ != nullptr, "run_and_verify: expected an Engine built with a SamplingHead");
+  const int64_t b = in.ids.size(0), k = in.ids.size(1) - 1;
+  TORCH_CHECK(static_cast<int64_t>(takes.size()) == b, "takes: expected ", b,
+              " flags (one per row of ids) but got ", takes.size());
+  if (!head_in_step_) {
+    at::Tensor logits = run(Pass::kVerify, in, Logits::kAll);
+    head_->verify(logits.to(at::kFloat), drafts, takes);
+    return logits;
+  }
+  head_->check_verify(k, drafts, takes);
+  StepInputs with = in;
+  with.takes = at::tensor(std::vector<int64_t>(takes.begin(), takes.end()),
+                          at::TensorOptions().dtype(at::kLong));
+  with.draft_q = drafts.q;
+  return run(Pass::kVerify, with, Logits::kAll);
 }
 
 at::Tensor Engine::run_draft(const StepInputs& in) {

@@ -75,15 +75,6 @@ Floats exp_nonpositive(Floats x) {
   return (q * (r * r) + r + 1.0f) * scale;
 }
 
-/// mix32 (sampling_fused.hpp), lanewise.
-Words mix32(Words x) {
-  x ^= x >> 16;
-  x *= 0x45d9f3bU;
-  x ^= x >> 16;
-  x *= 0x45d9f3bU;
-  return x ^ (x >> 16);
-}
-
 /// The hashes of ids first..first + 3 under a draw key (docs/sampling.md).
 Words hashes(int64_t first, uint32_t draw) {
   const Words ids = Words{0, 1, 2, 3} + static_cast<uint32_t>(first);

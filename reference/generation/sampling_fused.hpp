@@ -15,13 +15,14 @@
 namespace statickv::reference::detail {
 
 /// The draws' 32-bit mixer (docs/sampling.md): one home for the host
-/// mirror (draw keys) and the fused kernels; the tensor form is in
-/// sampling_head.cpp.
+/// mirror (draw keys) and the fused kernels, on uint32_t or a vector of
+/// them (the CPU pick's lanes); the tensor form is in sampling_head.cpp.
+template <typename Word>
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-    inline uint32_t
-    mix32(uint32_t x) {
+    inline Word
+    mix32(Word x) {
   x ^= x >> 16;
   x *= 0x45d9f3bU;
   x ^= x >> 16;

@@ -526,6 +526,38 @@ at::Tensor SamplingHead::accepted_drafts(const at::Tensor& p, const at::Tensor& 
   return test.lt(pd).logical_and_(valid).to(at::kLong).cumprod(1).sum(1).view({b, 1});
 }
 
+SamplingHead::Rows SamplingHead::verified_rows(int64_t b, int64_t k, const DraftSet& drafts,
+                                               const std::vector<bool>& takes) const {
+  const int64_t vocab = options_.vocab_size;
+  TORCH_CHECK(
+      static_cast<int64_t>(takes.size()) == b && static_cast<int64_t>(drafts.ids.size()) == b,
+      "verify: expected ", b, " takes flags and draft lists (one per row of logits) but got ",
+      takes.size(), " and ", drafts.ids.size());
+  TORCH_CHECK(!drafts.q.defined() || drafts.q.sizes() == at::IntArrayRef({b, k, vocab}),
+              "q: expected [", b, ", ", k, ", ", vocab, "] but got ", drafts.q.sizes());
+  const Rows rows = scan(b, &takes);
+  if (!rows.any) return rows;
+  TORCH_CHECK(!rows.marks && !rows.bias && !rows.min_tokens && rows.logprobs < 0,
+              "verify: expected rows without penalties, logit_bias, min_tokens or logprobs "
+              "(they depend on each accepted token) but a taking row has one");
+  for (int64_t r = 0; r < b; ++r) {
+    const std::vector<int64_t>& row = drafts.ids[static_cast<size_t>(r)];
+    TORCH_CHECK(static_cast<int64_t>(row.size()) <= k, "drafts[", r, "]: expected at most k=", k,
+                " ids but got ", row.size());
+    for (const int64_t id : row) {
+      TORCH_CHECK(id >= 0 && id < vocab, "drafts[", r, "]: expected ids in [0, ", vocab,
+                  ") but got ", id);
+    }
+  }
+  return rows;
+}
+
+void SamplingHead::check_verify(int64_t k, const DraftSet& drafts,
+                                const std::vector<bool>& takes) const {
+  TORCH_CHECK(k >= 1, "k: expected >= 1 drafts per row but got ", k);
+  verified_rows(static_cast<int64_t>(takes.size()), k, drafts, takes);
+}
+
 void SamplingHead::verify(const at::Tensor& logits, const DraftSet& drafts,
                           const std::vector<bool>& takes) {
   const int64_t vocab = options_.vocab_size;
@@ -533,34 +565,55 @@ void SamplingHead::verify(const at::Tensor& logits, const DraftSet& drafts,
                   logits.size(2) == vocab && logits.scalar_type() == at::kFloat,
               "logits: expected float32 [b <= ", options_.max_batch, ", k + 1 >= 2, ", vocab,
               "] but got ", logits.scalar_type(), " ", logits.sizes());
-  const int64_t b = logits.size(0), k1 = logits.size(1), k = k1 - 1;
-  TORCH_CHECK(
-      static_cast<int64_t>(takes.size()) == b && static_cast<int64_t>(drafts.ids.size()) == b,
-      "verify: expected ", b, " takes flags and draft lists (one per row of logits) but got ",
-      takes.size(), " and ", drafts.ids.size());
-  TORCH_CHECK(!drafts.q.defined() || drafts.q.sizes() == at::IntArrayRef({b, k, vocab}),
-              "q: expected [", b, ", ", k, ", ", vocab, "] but got ", drafts.q.sizes());
-  Rows rows = scan(b, &takes);
+  const int64_t b = logits.size(0), k = logits.size(1) - 1;
+  const Rows rows = verified_rows(b, k, drafts, takes);
   if (!rows.any) return;
-  TORCH_CHECK(!rows.marks && !rows.bias && !rows.min_tokens && rows.logprobs < 0,
-              "verify: expected rows without penalties, logit_bias, min_tokens or logprobs "
-              "(they depend on each accepted token) but a taking row has one");
   std::vector<int64_t> ids(static_cast<size_t>(b * k), 0), counts(b),
       flags(takes.begin(), takes.end());
   for (int64_t r = 0; r < b; ++r) {
     const std::vector<int64_t>& row = drafts.ids[static_cast<size_t>(r)];
-    TORCH_CHECK(static_cast<int64_t>(row.size()) <= k, "drafts[", r, "]: expected at most k=", k,
-                " ids but got ", row.size());
-    for (size_t t = 0; t < row.size(); ++t) {
-      TORCH_CHECK(row[t] >= 0 && row[t] < vocab, "drafts[", r, "]: expected ids in [0, ", vocab,
-                  ") but got ", row[t]);
-      ids[static_cast<size_t>(r * k) + t] = row[t];
-    }
+    std::copy(row.begin(), row.end(), ids.begin() + r * k);
     counts[static_cast<size_t>(r)] = static_cast<int64_t>(row.size());
   }
   const at::Device& device = options_.device;
-  const at::Tensor d = upload(ids, device).view({b, k}), n = upload(counts, device);
-  const at::Tensor take = upload(flags, device);
+  verify_rows(logits, upload(ids, device).view({b, k}), upload(counts, device),
+              upload(flags, device), drafts.q, rows);
+}
+
+void SamplingHead::verify_all(const at::Tensor& logits, const at::Tensor& ids,
+                              const at::Tensor& positions, const at::Tensor& takes,
+                              const at::Tensor& q) {
+  const int64_t vocab = options_.vocab_size;
+  TORCH_CHECK(logits.dim() == 3 && logits.size(0) <= options_.max_batch && logits.size(1) >= 2 &&
+                  logits.size(2) == vocab && logits.scalar_type() == at::kFloat &&
+                  logits.device() == options_.device,
+              "logits: expected float32 [b <= ", options_.max_batch, ", k + 1 >= 2, ", vocab,
+              "] on ", options_.device, " but got ", logits.scalar_type(), " ", logits.sizes(),
+              " on ", logits.device());
+  const int64_t b = logits.size(0), k1 = logits.size(1), k = k1 - 1;
+  TORCH_CHECK(ids.sizes() == at::IntArrayRef({b, k1}) && positions.sizes() == ids.sizes() &&
+                  ids.scalar_type() == at::kLong && positions.scalar_type() == at::kLong,
+              "ids, positions: expected int64 [", b, ", ", k1, "] but got ", ids.scalar_type(), " ",
+              ids.sizes(), " and ", positions.scalar_type(), " ", positions.sizes());
+  TORCH_CHECK(takes.dim() == 1 && takes.size(0) == b && takes.scalar_type() == at::kLong &&
+                  takes.device() == options_.device,
+              "takes: expected int64 [", b, "] on the head's device ", options_.device, " but got ",
+              takes.scalar_type(), " ", takes.sizes(), " on ", takes.device());
+  TORCH_CHECK(!q.defined() || q.sizes() == at::IntArrayRef({b, k, vocab}), "q: expected [", b, ", ",
+              k, ", ", vocab, "] but got ", q.sizes());
+  // Every sampling stage, whatever the rows ask: the same launches for any settings.
+  Rows rows;
+  rows.b = b;
+  rows.any = rows.sampled = rows.top_k = rows.top_p = rows.min_p = true;
+  for (int64_t r = 0; r < b; ++r) rows.sorted.push_back(r);
+  const at::Tensor count = positions.narrow(1, 1, k).ge(0).sum(1);
+  verify_rows(logits, ids.narrow(1, 1, k).contiguous(), count, takes, q, rows);
+}
+
+void SamplingHead::verify_rows(const at::Tensor& logits, const at::Tensor& d, const at::Tensor& n,
+                               const at::Tensor& take, const at::Tensor& q, const Rows& rows) {
+  const int64_t vocab = options_.vocab_size;
+  const int64_t b = logits.size(0), k1 = logits.size(1), k = k1 - 1;
   // Each row's distribution at each of its k + 1 positions.
   Rows every = rows;
   every.b = b * k1;
@@ -575,15 +628,14 @@ void SamplingHead::verify(const at::Tensor& logits, const DraftSet& drafts,
   const at::Tensor key =
       draw_keys(keys.select(1, kDrawIndex).unsqueeze(1).add(at::arange(k1, keys.options())),
                 keys.select(1, kSeedKey).unsqueeze(1));
-  const at::Tensor a = accepted_drafts(p, d, n, drafts.q, key);  // [b, 1]
+  const at::Tensor a = accepted_drafts(p, d, n, q, key);  // [b, 1]
   // The token at position a: from norm(max(0, p_a - q_a)) after a
   // rejection (q_a: the draft's distribution, or a point mass at it), from
   // p_a when every draft was accepted.
   const at::Tensor p_a = p.gather(1, a.unsqueeze(2).expand({b, 1, vocab})).squeeze(1);
   const at::Tensor at_draft = a.clamp_max(k - 1);
-  at::Tensor q_a = drafts.q.defined()
-                       ? drafts.q.gather(1, at_draft.unsqueeze(2).expand({b, 1, vocab})).squeeze(1)
-                       : at::zeros_like(p_a).scatter_(1, d.gather(1, at_draft), 1.0f);
+  at::Tensor q_a = q.defined() ? q.gather(1, at_draft.unsqueeze(2).expand({b, 1, vocab})).squeeze(1)
+                               : at::zeros_like(p_a).scatter_(1, d.gather(1, at_draft), 1.0f);
   q_a = q_a.mul(a.lt(n.unsqueeze(1)));
   at::Tensor residual = p_a.sub(q_a).clamp_min_(0.0f);
   residual = at::where(residual.sum(-1, /*keepdim=*/true).gt(0), residual, p_a);

@@ -96,9 +96,9 @@ DraftSet model_drafts(Call& call, const Rows& rows,
   return d;
 }
 
-/// The verification pass: row r feeds its newest token and its drafts at
-/// consecutive positions, padded with -1 to k + 1 tokens. Returns every
-/// token's logits [b, k + 1, vocab].
+/// The verification pass and the head's acceptance rule: row r feeds its
+/// newest token and its drafts at consecutive positions, padded with -1 to
+/// k + 1 tokens. Returns every token's logits [b, k + 1, vocab].
 at::Tensor verify(const Call& call, const Rows& rows, const std::vector<int64_t>& lens,
                   const DraftSet& d, int64_t k) {
   const auto b = static_cast<int64_t>(rows.done.size());
@@ -111,16 +111,15 @@ at::Tensor verify(const Call& call, const Rows& rows, const std::vector<int64_t>
       pack.put(r, static_cast<int64_t>(t), d.ids[r][t - 1], start + static_cast<int64_t>(t));
     }
   }
-  return call.forward(Pass::kVerify, pack.take(), Logits::kAll);
+  return call.verify(pack.take(), d, rows.live());
 }
 
-/// Emits every row's verdict (the head's, from the acceptance rule on the
-/// device; until the row is done), counts drafts and acceptances and
+/// Emits every row's verdict (the head's, from verify()'s acceptance rule
+/// on the device; until the row is done), counts drafts and acceptances and
 /// records how many positions each cache keeps. Returns true when some
 /// cache holds rejected drafts to roll back.
 bool emit_verdicts(Call& call, Rows& rows, const std::vector<int64_t>& lens, const DraftSet& d,
                    const at::Tensor& logits, Lengths& lengths, SpeculationStats& stats) {
-  call.head->verify(logits.to(at::kFloat), d, rows.live());
   const std::vector<Picked> verdicts = call.head->fetch(static_cast<int64_t>(rows.done.size()));
   const at::Tensor all = call.options.record_logits ? logits.cpu() : at::Tensor();
   bool rejected = false;

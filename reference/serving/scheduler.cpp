@@ -248,18 +248,20 @@ struct SchedulerSteps {
     s.stats.padded_tokens += key.batch * key.query_len - in.real;
   }
 
-  /// Runs one call (through its runner or eagerly) and accounts for it.
-  static at::Tensor run(Scheduler::State& s, Pass pass, const StepInputs& in, Logits which) {
-    count(s, pass, in);
-    return s.engine->run(pass, in, which);
-  }
-
   /// run() with the head's pick of the rows in `takes` (inside the runner's
   /// step where the engine puts it there); each row's newest logits.
   static at::Tensor run_and_pick(Scheduler::State& s, Pass pass, const StepInputs& in,
                                  const std::vector<bool>& takes) {
     count(s, pass, in);
     return s.engine->run_and_pick(pass, in, takes);
+  }
+
+  /// The verification call with the head's acceptance rule over `drafts`
+  /// (inside the runner's step where the engine puts it there).
+  static at::Tensor run_and_verify(Scheduler::State& s, const StepInputs& in,
+                                   const DraftSet& drafts, const std::vector<bool>& takes) {
+    count(s, Pass::kVerify, in);
+    return s.engine->run_and_verify(in, drafts, takes);
   }
 
   /// The decode call: every decoding row's newest token, or under
@@ -282,11 +284,10 @@ struct SchedulerSteps {
               serving_detail::lookup_drafts(table.rows()[r], k, s.options.lookup_ngram);
         }
       }
-      out.logits = run(s, Pass::kVerify, serving_detail::pack_verify(table, out.drafts.ids, k),
-                       Logits::kAll);
-      ++s.stats.speculation.verify_steps;
       // The acceptance rule on the device; fetch() reads its verdicts.
-      s.head->verify(out.logits.to(at::kFloat), out.drafts, takes);
+      out.logits = run_and_verify(s, serving_detail::pack_verify(table, out.drafts.ids, k),
+                                  out.drafts, takes);
+      ++s.stats.speculation.verify_steps;
     }
     return out;
   }

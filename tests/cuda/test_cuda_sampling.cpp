@@ -11,6 +11,9 @@
 #include <statickv/reference/scheduler.hpp>
 #include <statickv/reference/step_count.hpp>
 
+#include <map>
+#include <string>
+
 using namespace statickv;
 using namespace statickv::reference;
 
@@ -211,4 +214,45 @@ TEST_CASE("on CUDA, the head picks inside the captured step what it picks after 
   CHECK(inside.failed_captures == 0);
   CHECK(inside.replays > 0);
   test::require_same_completions(graphed, after);
+}
+
+TEST_CASE("on CUDA, verification runs inside the captured verification step",
+          "[cuda][sampling][speculative]") {
+  // Note [sampling head]: with graphs the head_in_step default puts
+  // verify_all in the verification graph, a draft model's q riding in as
+  // an input; it accepts and draws what verify() after the replay does.
+  const at::Device gpu(at::kCUDA, 0);
+  const ModelConfig config = named_config("tiny");
+  const LlamaModel model(config, random_weights(config, 3, at::kFloat, gpu));
+  const LlamaModel draft(config, random_weights(config, 9, at::kFloat, gpu));
+  for (const bool with_draft : {false, true}) {
+    INFO((with_draft ? "a draft model" : "prompt lookup"));
+    std::map<std::string, std::vector<int64_t>> served[2];
+    for (const bool inside : {false, true}) {
+      SchedulerOptions o = test::static_rows(4);
+      o.speculate = 3;
+      o.prefix_cache_bytes = 0;
+      if (!inside) o.head_in_step = false;  // else the default: inside, under graphs
+      if (with_draft) o.draft_model = &draft;
+      Scheduler engine(model, o);
+      for (size_t i = 0; i < 4; ++i) {
+        Request r;
+        r.id = std::to_string(i);
+        const auto base = static_cast<int64_t>(3 + 7 * i);
+        r.prompt = {base, base + 1, base + 2, base, base + 1, base + 2, base};
+        r.max_new_tokens = 12;
+        r.sampling.temperature = i == 0 ? 0.0 : 0.7;
+        r.sampling.top_p = i == 2 ? 0.9 : 1.0;
+        r.sampling.seed = 20 + i;
+        engine.submit(r);
+      }
+      engine.run_until_idle();
+      for (const Completion& c : engine.take_finished()) served[inside][c.id] = c.tokens;
+      const RunnerStats& verifying = engine.stats().verify_runner;
+      CHECK(verifying.failed_captures == 0);
+      CHECK(verifying.replays > 0);
+    }
+    REQUIRE(served[0].size() == 4u);
+    CHECK(served[0] == served[1]);
+  }
 }

@@ -566,14 +566,91 @@ TEST_CASE("sampled speculation draws on the device: a request served in a batch 
   }
 }
 
+TEST_CASE("verification inside the verification step accepts and draws what it does after it",
+          "[sampling][serving][speculative]") {
+  const LlamaModel model = tiny();
+  const LlamaModel draft = tiny(9);
+  for (const bool with_draft : {false, true}) {
+    INFO((with_draft ? "a draft model" : "prompt lookup"));
+    std::map<std::string, std::vector<int64_t>> served[2];
+    for (const bool inside : {false, true}) {
+      SchedulerOptions o = static_rows(4);
+      o.speculate = 3;
+      o.prefix_cache_bytes = 0;
+      o.head_in_step = inside;
+      if (with_draft) o.draft_model = &draft;
+      Scheduler engine(model, o);
+      std::vector<Request> requests = sampled_speculation_requests();
+      requests[0].sampling = Sampling{};  // one greedy row among the sampled
+      for (const Request& r : requests) engine.submit(r);
+      engine.run_until_idle();
+      for (const Completion& c : engine.take_finished()) served[inside][c.id] = c.tokens;
+      CHECK(engine.stats().speculation.verify_steps > 0);
+      CHECK(engine.stats().speculation.accepted > 0);
+    }
+    REQUIRE(served[0].size() == 4u);
+    CHECK(served[0] == served[1]);
+  }
+}
+
+TEST_CASE("verification inside the step refuses bad drafts by name before the pass runs",
+          "[sampling][speculative][errors]") {
+  const LlamaModel model = tiny();
+  SamplingHead head({2, model.config().vocab_size, at::kCPU});
+  EngineOptions e;
+  e.cache = CacheKind::kStatic;
+  e.max_batch = 2;
+  e.max_len = 64;
+  e.speculate = 2;
+  e.head_in_step = true;
+  Engine engine(model, e, &head);
+  StepPacker pack(2, 3);
+  pack.put(0, 0, 5, 0);
+  pack.put(0, 1, 6, 1);
+  const StepInputs in = pack.take();
+  const int64_t vocab = model.config().vocab_size;
+  const DraftSet bad{{{vocab}, {}}, at::Tensor()};
+  require_error(
+      [&] {
+        engine.run_and_verify(in, bad, {true, false});
+      },
+      {"drafts[0]", std::to_string(vocab)});
+  const DraftSet long_row{{{1, 2, 3}, {}}, at::Tensor()};
+  require_error([&] { engine.run_and_verify(in, long_row, {true, false}); }, {"drafts[0]", "k=2"});
+  // Nothing ran: the verification runner served no call, the cache holds nothing.
+  CHECK(engine.runner(Pass::kVerify)->stats().eager_runs == 0);
+  CHECK(engine.runner(Pass::kVerify)->stats().replays == 0);
+  CHECK(engine.cache().seq_lengths().sum().item<int64_t>() == 0);
+}
+
+TEST_CASE("Generator's speculation verifies inside the verification step as after it",
+          "[sampling][speculative]") {
+  const LlamaModel model = tiny();
+  std::vector<std::vector<int64_t>> tokens[2];
+  for (const bool inside : {false, true}) {
+    GenerateOptions o;
+    o.cache = CacheKind::kStatic;
+    o.temperature = 0.8, o.top_k = 8, o.seed = 3;
+    o.max_new_tokens = 12;
+    o.speculate = 2;
+    o.head_in_step = inside;
+    Generator generator(model, o, 2, 64);
+    tokens[inside] = generator.generate({{5, 6, 7, 5, 6, 7, 5}, {9, 9, 9, 9}}).tokens;
+  }
+  CHECK(tokens[0] == tokens[1]);
+  CHECK(tokens[0][0].size() == 12u);
+}
+
 TEST_CASE("a speculative step copies to the host once: drafts verified on the device",
           "[sampling][serving][speculative]") {
   const LlamaModel model = tiny();
-  for (const bool sampled : {false, true}) {
-    INFO((sampled ? "sampled" : "greedy"));
+  for (const auto& [sampled, inside] : {std::pair{false, false}, std::pair{true, false},
+                                        std::pair{false, true}, std::pair{true, true}}) {
+    INFO((sampled ? "sampled" : "greedy") << (inside ? ", head inside the step" : ""));
     SchedulerOptions o = static_rows(4);
     o.speculate = 3;
     o.prefix_cache_bytes = 0;
+    o.head_in_step = inside;
     Scheduler engine(model, o);
     for (Request r : sampled_speculation_requests()) {
       if (!sampled) r.sampling = Sampling{};

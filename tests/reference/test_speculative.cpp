@@ -268,6 +268,58 @@ TEST_CASE("the head verifies a greedy row as verify_greedy does, and a row alone
   }
 }
 
+TEST_CASE("verify_all, every stage from the pass's own inputs, verifies what verify verifies",
+          "[speculative][verify][head]") {
+  // Rows greedy and sampled (top-k, top-p, min-p), some with fewer drafts
+  // than k, one not taking; drafts as point masses and from a draft model.
+  const int64_t k = 3, vocab = 16, b = 5;
+  for (const bool with_q : {false, true}) {
+    INFO((with_q ? "a draft model's q" : "point-mass drafts"));
+    SamplingHead one({b, vocab, at::kCPU}), all({b, vocab, at::kCPU});
+    std::vector<Sampling> rows(b);
+    rows[1].temperature = 0.9, rows[1].top_k = 6;
+    rows[2].temperature = 1.2, rows[2].top_p = 0.7;
+    rows[3].temperature = 0.8, rows[3].min_p = 0.1;
+    for (int64_t r = 0; r < b; ++r) {
+      rows[static_cast<size_t>(r)].seed = 300 + static_cast<uint64_t>(r);
+      one.set_row(r, rows[static_cast<size_t>(r)], {}, {});
+      all.set_row(r, rows[static_cast<size_t>(r)], {}, {});
+    }
+    at::Generator g = at::make_generator<at::CPUGeneratorImpl>(11);
+    const std::vector<bool> takes = {true, true, true, false, true};
+    int64_t accepted = 0;
+    for (int step = 0; step < 6; ++step) {
+      const at::Tensor logits = at::randn({b, k + 1, vocab}, g).mul_(2.0);
+      const at::Tensor argmax = logits.argmax(-1).contiguous();
+      DraftSet set{std::vector<std::vector<int64_t>>(b), at::Tensor()};
+      at::Tensor ids = at::zeros({b, k + 1}, at::kLong), positions = at::full({b, k + 1}, -1L);
+      for (int64_t r = 0; r < b; ++r) {
+        // Row r drafts (r + step) % (k + 1) ids, the target's argmax on most.
+        const int64_t n = (r + step) % (k + 1);
+        positions[r][0] = 10;
+        for (int64_t t = 0; t < n; ++t) {
+          const int64_t id = (t + r) % 3 == 0 ? (argmax[r][t].item<int64_t>() + 1) % vocab
+                                              : argmax[r][t].item<int64_t>();
+          set.ids[static_cast<size_t>(r)].push_back(id);
+          ids[r][t + 1] = id, positions[r][t + 1] = 11 + t;
+        }
+      }
+      if (with_q) set.q = at::softmax(at::randn({b, k, vocab}, g), -1);
+      one.verify(logits, set, takes);
+      all.verify_all(logits, ids, positions,
+                     at::tensor(std::vector<int64_t>(takes.begin(), takes.end())), set.q);
+      const std::vector<Picked> a = one.fetch(b), c = all.fetch(b);
+      for (size_t r = 0; r < static_cast<size_t>(b); ++r) {
+        INFO("step " << step << ", row " << r);
+        CHECK(a[r].accepted == c[r].accepted);
+        CHECK(a[r].token == c[r].token);
+        accepted += a[r].accepted;
+      }
+    }
+    CHECK(accepted > 0);
+  }
+}
+
 TEST_CASE("the head refuses malformed verification inputs by name, before any state changes",
           "[speculative][verify][head][errors]") {
   SamplingHead head({2, 8, at::kCPU});

@@ -38,13 +38,17 @@ const char* to_string(CacheKind kind);
 /// One forward pass's inputs: ids and positions [b, q] in host memory
 /// (position -1 = a padded token), the attended length (one past the
 /// highest position fed, at least 1) and how many tokens are real.
-/// `takes` (int64 [b], host; Engine::run_and_pick sets it) marks the rows
-/// the sampling head picks inside a runner's step; undefined: none.
+/// `takes` (int64 [b], host; Engine::run_and_pick and run_and_verify set
+/// it) marks the rows the sampling head picks or verifies inside a
+/// runner's step; undefined: none. `draft_q` (run_and_verify with a draft
+/// model: its distributions [b, k, vocab] on the device; undefined: none
+/// drawn) rides into the verification step with them.
 struct StepInputs {
   at::Tensor ids, positions;
   int64_t attend = 1;
   int64_t real = 0;
   at::Tensor takes;
+  at::Tensor draft_q;
 };
 
 /// The one packer of step inputs: a [b, q] grid of padding (id 0, position
@@ -183,7 +187,16 @@ class Engine {
   /// head_in_step() (one replay on a GPU), else right after the pass.
   /// Returns the rows' newest logits [b, vocab]; the head's fetch reads the picks.
   at::Tensor run_and_pick(Pass pass, const StepInputs& in, const std::vector<bool>& takes);
-  /// Whether run_and_pick picks inside the runners' steps (resolved option).
+  /// The verification pass (Pass::kVerify, every token's logits [b, k + 1,
+  /// vocab], returned) and the head's acceptance rule over `drafts` for
+  /// row r when takes[r] (SamplingHead::verify): inside the verification
+  /// runner's step when head_in_step() (one replay on a GPU), else right
+  /// after the pass. The drafts are checked first (check_verify), before
+  /// anything is written; the head's fetch reads the verdicts.
+  at::Tensor run_and_verify(const StepInputs& in, const DraftSet& drafts,
+                            const std::vector<bool>& takes);
+  /// Whether run_and_pick and run_and_verify run the head inside the
+  /// runners' steps (resolved option).
   bool head_in_step() const { return head_in_step_; }
   /// One eager pass of the draft model on its cache: the newest logits [b, vocab].
   at::Tensor run_draft(const StepInputs& in);
@@ -196,6 +209,8 @@ class Engine {
   void check_buckets() const;
   void resolve_head_in_step();
   void build_runners();
+  std::vector<InputSpec> verifying_inputs() const;
+  GraphRunner::StepFn verify_step();
 
   const LlamaModel& model_;
   EngineOptions options_;

@@ -142,6 +142,18 @@ class SamplingHead {
   /// advances by the tokens it emits. No host sync. Refuses rows with
   /// penalties, logit bias, min_tokens or log-probabilities, naming them.
   void verify(const at::Tensor& logits, const DraftSet& drafts, const std::vector<bool>& takes);
+  /// verify()'s checks of `drafts` (k per row at most) and of the rows in
+  /// `takes`, without verifying: what a caller runs before verify_all.
+  void check_verify(int64_t k, const DraftSet& drafts, const std::vector<bool>& takes) const;
+  /// verify() inside a captured step: every stage for every row and no
+  /// host value. `ids` and `positions` [b, k + 1] are the verification
+  /// pass's inputs (a row's drafts are its ids at columns 1..k whose
+  /// positions are >= 0), `takes` int64 [b] on the head's device, `q` a
+  /// draft model's distributions [b, k, vocab] or undefined (drafts as
+  /// point masses). Verifies what verify() verifies; the caller refuses
+  /// the rows verify() refuses first (check_verify).
+  void verify_all(const at::Tensor& logits, const at::Tensor& ids, const at::Tensor& positions,
+                  const at::Tensor& takes, const at::Tensor& q);
   /// Draft `i` of rows [0, b) from a draft model's logits [b, vocab]: each
   /// row's distribution q under its own settings (a point mass for a
   /// greedy row) and a draw from it keyed by (seed, draw index + i) on a
@@ -172,6 +184,10 @@ class SamplingHead {
                              const at::Tensor& q, const at::Tensor& key) const;
   void check_logits(const at::Tensor& logits) const;
   void pick_rows(const at::Tensor& logits, const at::Tensor& take, const Rows& rows);
+  Rows verified_rows(int64_t b, int64_t k, const DraftSet& drafts,
+                     const std::vector<bool>& takes) const;
+  void verify_rows(const at::Tensor& logits, const at::Tensor& d, const at::Tensor& n,
+                   const at::Tensor& take, const at::Tensor& q, const Rows& rows);
   bool fused() const;  // the fused kernel serves this head's device
   void pick_fused(const at::Tensor& logits, const at::Tensor& take, int64_t logprobs);
   at::Tensor penalized(const at::Tensor& logits, const Rows& rows) const;
