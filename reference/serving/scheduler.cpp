@@ -466,9 +466,12 @@ void Scheduler::step() {
   c10::InferenceMode inference;
   State& s = *state_;
   RowTable& table = *s.table;
+  const auto started = ServeClock::now();  // admission (prefix restores) included
   SchedulerSteps::admit(s);
-  if (table.live() == 0) return;
-  const auto started = ServeClock::now();
+  if (table.live() == 0) {
+    s.stats.last_step_seconds = 0;  // nothing ran; no step is counted
+    return;
+  }
   const size_t prefilling = table.prefilling();
   const int64_t decoding = static_cast<int64_t>(table.live() - prefilling);
   const std::vector<int64_t> fed =
@@ -521,7 +524,8 @@ void Scheduler::step() {
     count(s.stats, *done);
   }
   s.stats.row_copies = table.row_copies();
-  s.stats.step_seconds += std::chrono::duration<double>(ServeClock::now() - started).count();
+  s.stats.last_step_seconds = std::chrono::duration<double>(ServeClock::now() - started).count();
+  s.stats.step_seconds += s.stats.last_step_seconds;
 }
 
 void Scheduler::run_until_idle() {

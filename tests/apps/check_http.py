@@ -620,6 +620,8 @@ def check_metrics(c, port, ref):
     missing = [f for f in families if not any(k.split("{")[0] == f for k in m)]
     c(not missing and m.get("statickv_rows_total") == 8, f"/metrics has every name, rows_total "
       f"{m.get('statickv_rows_total')} (--max-batch 8); missing {missing}")
+    steps, took = m.get("statickv_step_seconds_count", 0), m.get("statickv_step_seconds_sum", 0)
+    c(steps > 0 and took > 0, f"/metrics times the engine's steps: {steps} steps, {took} s")
     statuses = [s for s in ("200", "400", "404", "405", "413")
                 if m.get(f'statickv_http_responses_total{{status="{s}"}}', 0) < 1]
     c(not statuses, f"/metrics counts responses by status; none seen for {statuses}")
