@@ -258,6 +258,16 @@ at::Tensor Engine::run(Pass pass, const StepInputs& in, Logits which) {
   return run_pass(model_, runner(pass), *backend_, in, which);
 }
 
+namespace {
+
+/// A call's takes flags as the int64 [b] host tensor a runner's step reads.
+at::Tensor takes_tensor(const std::vector<bool>& takes) {
+  return at::tensor(std::vector<int64_t>(takes.begin(), takes.end()),
+                    at::TensorOptions().dtype(at::kLong));
+}
+
+}  // namespace
+
 at::Tensor Engine::run_and_pick(Pass pass, const StepInputs& in, const std::vector<bool>& takes) {
   TORCH_CHECK(head_ != nullptr, "run_and_pick: expected an Engine built with a SamplingHead");
   TORCH_CHECK(pass != Pass::kVerify,
@@ -271,8 +281,7 @@ at::Tensor Engine::run_and_pick(Pass pass, const StepInputs& in, const std::vect
     return logits;
   }
   StepInputs with = in;
-  with.takes = at::tensor(std::vector<int64_t>(takes.begin(), takes.end()),
-                          at::TensorOptions().dtype(at::kLong));
+  with.takes = takes_tensor(takes);
   return newest_logits(run(pass, with, Logits::kLast));
 }
 
@@ -289,8 +298,7 @@ at::Tensor Engine::run_and_verify(const StepInputs& in, const DraftSet& drafts,
   }
   head_->check_verify(k, drafts, takes);
   StepInputs with = in;
-  with.takes = at::tensor(std::vector<int64_t>(takes.begin(), takes.end()),
-                          at::TensorOptions().dtype(at::kLong));
+  with.takes = takes_tensor(takes);
   with.draft_q = drafts.q;
   return run(Pass::kVerify, with, Logits::kAll);
 }

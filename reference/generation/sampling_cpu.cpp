@@ -81,9 +81,8 @@ Words hashes(int64_t first, uint32_t draw) {
   return mix32((ids * 0x9e3779b1U) ^ draw);
 }
 
-/// The draw's uniform number in (0, 1) (docs/sampling.md): the top 23 bits
-/// of h, centred, exact in float.
-float unit(uint32_t h) { return (static_cast<float>(h >> 9) + 0.5f) * (1.0f / 8388608.0f); }
+/// The draws' uniform numbers in (0, 1) (docs/sampling.md): the top 23
+/// bits of each hash, centred, exact in float.
 Floats unit(Words h) {
   return (__builtin_convertvector(__builtin_convertvector(h >> 9, Ints), Floats) + 0.5f) *
          (1.0f / 8388608.0f);
@@ -163,8 +162,7 @@ struct Race {
   float best = -1.0f;
   int64_t pick = -1;
 
-  void offer(int64_t i, float weight, uint32_t h) {
-    const float u = unit(h);
+  void offer(int64_t i, float weight, float u) {
     // -log(u) >= 1 - u, so weight / (1 - u) bounds the key; the margin
     // covers log's rounding.
     if (static_cast<double>(weight) <
@@ -178,21 +176,21 @@ struct Race {
   /// Offers the block at `first` (scaled values v, weights w) where it is
   /// at or above `floor`; the bound, looser than offer's, skips most blocks.
   void offer_block(int64_t first, Floats v, Floats w, float floor, uint32_t draw) {
-    const Words h = hashes(first, draw);
-    const Ints open = (v >= floor) & (v != kMinusInf) & (w >= best * (1.0f - unit(h)) * 0.9999f);
+    const Floats u = unit(hashes(first, draw));
+    const Ints open = (v >= floor) & (v != kMinusInf) & (w >= best * (1.0f - u) * 0.9999f);
     if (!any(open)) return;
     for (int j = 0; j < kLanes; ++j) {
-      if (open[j] != 0) offer(first + j, w[j], h[j]);
+      if (open[j] != 0) offer(first + j, w[j], u[j]);
     }
   }
 };
 
 /// The kth position's value of the row (ascending), -inf when top-k is off.
-float kth_value(const Scratch& w, int64_t position, std::vector<float>& values) {
+float kth_value(Scratch& w, int64_t position) {
   if (position <= 0) return kMinusInf;
-  values.assign(w.s.begin(), w.s.begin() + w.vocab);
-  std::nth_element(values.begin(), values.begin() + position, values.end());
-  return values[static_cast<size_t>(position)];
+  w.kth.assign(w.s.begin(), w.s.begin() + w.vocab);
+  std::nth_element(w.kth.begin(), w.kth.begin() + position, w.kth.end());
+  return w.kth[static_cast<size_t>(position)];
 }
 
 /// The largest of s's values.
@@ -294,7 +292,7 @@ int64_t draw_row(const FusedPick& p, int64_t r, float top, Scratch& w) {
   if (top == kMinusInf) return 0;  // every token masked
   // Dividing by t > 0 keeps the order: top-k's kth value, scaled, is the
   // kth scaled value.
-  const float kth = kth_value(w, key[kKthPosition], w.kth) / t;
+  const float kth = kth_value(w, key[kKthPosition]) / t;
   top /= t;
   const float floor = std::max(top + param[kLogMinP], kth);
   const auto draw =

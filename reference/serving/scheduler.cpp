@@ -34,6 +34,7 @@ struct Scheduler::State {
   std::deque<Active> waiting;
   std::vector<Completion> finished;
   EngineStats stats;
+  double last_step_seconds = 0;  // Scheduler::last_step_seconds()
 };
 
 namespace {
@@ -469,7 +470,7 @@ void Scheduler::step() {
   const auto started = ServeClock::now();  // admission (prefix restores) included
   SchedulerSteps::admit(s);
   if (table.live() == 0) {
-    s.stats.last_step_seconds = 0;  // nothing ran; no step is counted
+    s.last_step_seconds = 0;  // nothing ran; no step is counted
     return;
   }
   const size_t prefilling = table.prefilling();
@@ -524,8 +525,8 @@ void Scheduler::step() {
     count(s.stats, *done);
   }
   s.stats.row_copies = table.row_copies();
-  s.stats.last_step_seconds = std::chrono::duration<double>(ServeClock::now() - started).count();
-  s.stats.step_seconds += s.stats.last_step_seconds;
+  s.last_step_seconds = std::chrono::duration<double>(ServeClock::now() - started).count();
+  s.stats.step_seconds += s.last_step_seconds;
 }
 
 void Scheduler::run_until_idle() {
@@ -535,6 +536,8 @@ void Scheduler::run_until_idle() {
 bool Scheduler::idle() const { return state_->waiting.empty() && state_->table->live() == 0; }
 int64_t Scheduler::live_rows() const { return static_cast<int64_t>(state_->table->live()); }
 int64_t Scheduler::waiting() const { return static_cast<int64_t>(state_->waiting.size()); }
+
+double Scheduler::last_step_seconds() const { return state_->last_step_seconds; }
 
 std::vector<Completion> Scheduler::take_finished() {
   std::vector<Completion> out;

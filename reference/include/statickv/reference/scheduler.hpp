@@ -125,9 +125,8 @@ struct EngineStats {
   int64_t real_tokens = 0;    ///< decode and prompt tokens fed
   int64_t padded_tokens = 0;  ///< computed at the padded shape but not real
   int64_t submitted = 0, rejected = 0, completed = 0, cancelled = 0;
-  int64_t row_copies = 0;        ///< cache rows copied by moves (copy_row) and regroups (reorder)
-  double step_seconds = 0;       ///< wall time inside the steps counted (`steps`)
-  double last_step_seconds = 0;  ///< the latest step's share of step_seconds
+  int64_t row_copies = 0;   ///< cache rows copied by moves (copy_row) and regroups (reorder)
+  double step_seconds = 0;  ///< wall time inside the steps counted (`steps`)
   /// Note [prefix cache]: requests that started from a saved or live
   /// prefix, the prompt tokens they did not prefill, and the pool.
   int64_t prefix_hits = 0, prefix_tokens_reused = 0;
@@ -167,6 +166,9 @@ class Scheduler {
   bool idle() const;
   int64_t live_rows() const;
   int64_t waiting() const;
+  /// Wall time of the latest step (its share of EngineStats::step_seconds);
+  /// 0 when it had no row to run.
+  double last_step_seconds() const;
 
   /// Completions since the last call, in the order the requests finished.
   std::vector<Completion> take_finished();
