@@ -11,9 +11,6 @@
 #include <statickv/reference/scheduler.hpp>
 #include <statickv/reference/step_count.hpp>
 
-#include <map>
-#include <string>
-
 using namespace statickv;
 using namespace statickv::reference;
 
@@ -225,34 +222,14 @@ TEST_CASE("on CUDA, verification runs inside the captured verification step",
   const ModelConfig config = named_config("tiny");
   const LlamaModel model(config, random_weights(config, 3, at::kFloat, gpu));
   const LlamaModel draft(config, random_weights(config, 9, at::kFloat, gpu));
-  for (const bool with_draft : {false, true}) {
-    INFO((with_draft ? "a draft model" : "prompt lookup"));
-    std::map<std::string, std::vector<int64_t>> served[2];
-    for (const bool inside : {false, true}) {
-      SchedulerOptions o = test::static_rows(4);
-      o.speculate = 3;
-      o.prefix_cache_bytes = 0;
-      if (!inside) o.head_in_step = false;  // else the default: inside, under graphs
-      if (with_draft) o.draft_model = &draft;
-      Scheduler engine(model, o);
-      for (size_t i = 0; i < 4; ++i) {
-        Request r;
-        r.id = std::to_string(i);
-        const auto base = static_cast<int64_t>(3 + 7 * i);
-        r.prompt = {base, base + 1, base + 2, base, base + 1, base + 2, base};
-        r.max_new_tokens = 12;
-        r.sampling.temperature = i == 0 ? 0.0 : 0.7;
-        r.sampling.top_p = i == 2 ? 0.9 : 1.0;
-        r.sampling.seed = 20 + i;
-        engine.submit(r);
-      }
-      engine.run_until_idle();
-      for (const Completion& c : engine.take_finished()) served[inside][c.id] = c.tokens;
-      const RunnerStats& verifying = engine.stats().verify_runner;
-      CHECK(verifying.failed_captures == 0);
-      CHECK(verifying.replays > 0);
-    }
-    REQUIRE(served[0].size() == 4u);
-    CHECK(served[0] == served[1]);
+  for (const LlamaModel* drafting : {static_cast<const LlamaModel*>(nullptr), &draft}) {
+    INFO((drafting ? "a draft model" : "prompt lookup"));
+    EngineStats stats;
+    const auto after = test::serve_speculation(model, drafting, false);
+    const auto graphed = test::serve_speculation(model, drafting, std::nullopt, &stats);
+    CHECK(stats.verify_runner.failed_captures == 0);
+    CHECK(stats.verify_runner.replays > 0);
+    REQUIRE(after.size() == 4u);
+    CHECK(graphed == after);
   }
 }

@@ -507,25 +507,6 @@ TEST_CASE("what only the head does is refused under speculation, naming both",
 
 namespace {
 
-/// Sampled requests (top-k, top-p, min-p, each with its own seed) whose
-/// prompts repeat a phrase, so prompt lookup drafts; 12 new tokens each.
-std::vector<Request> sampled_speculation_requests() {
-  std::vector<Request> requests(4);
-  for (size_t i = 0; i < requests.size(); ++i) {
-    Request& r = requests[i];
-    r.id = "s" + std::to_string(i);
-    const auto base = static_cast<int64_t>(3 + 7 * i);
-    r.prompt = {base, base + 1, base + 2, base + 3, base, base + 1, base + 2};
-    r.max_new_tokens = 12;
-    r.sampling.temperature = 0.6 + 0.2 * static_cast<double>(i);
-    r.sampling.seed = 100 + i;
-    r.sampling.top_k = i == 1 ? 5 : 0;
-    r.sampling.top_p = i == 2 ? 0.9 : 1.0;
-    r.sampling.min_p = i == 3 ? 0.05 : 0.0;
-  }
-  return requests;
-}
-
 std::map<std::string, std::vector<int64_t>> serve_all(const LlamaModel& model,
                                                       const SchedulerOptions& o,
                                                       const std::vector<Request>& requests) {
@@ -549,7 +530,7 @@ TEST_CASE("sampled speculation draws on the device: a request served in a batch 
     o.speculate = 3;
     o.prefix_cache_bytes = 0;
     if (with_draft) o.draft_model = &draft;
-    const std::vector<Request> requests = sampled_speculation_requests();
+    const std::vector<Request> requests = test::sampled_speculation_requests();
     const auto together = serve_all(model, o, requests);
     std::set<std::vector<int64_t>> distinct;
     for (const Request& r : requests) {
@@ -570,26 +551,17 @@ TEST_CASE("verification inside the verification step accepts and draws what it d
           "[sampling][serving][speculative]") {
   const LlamaModel model = tiny();
   const LlamaModel draft = tiny(9);
-  for (const bool with_draft : {false, true}) {
-    INFO((with_draft ? "a draft model" : "prompt lookup"));
-    std::map<std::string, std::vector<int64_t>> served[2];
-    for (const bool inside : {false, true}) {
-      SchedulerOptions o = static_rows(4);
-      o.speculate = 3;
-      o.prefix_cache_bytes = 0;
-      o.head_in_step = inside;
-      if (with_draft) o.draft_model = &draft;
-      Scheduler engine(model, o);
-      std::vector<Request> requests = sampled_speculation_requests();
-      requests[0].sampling = Sampling{};  // one greedy row among the sampled
-      for (const Request& r : requests) engine.submit(r);
-      engine.run_until_idle();
-      for (const Completion& c : engine.take_finished()) served[inside][c.id] = c.tokens;
-      CHECK(engine.stats().speculation.verify_steps > 0);
-      CHECK(engine.stats().speculation.accepted > 0);
+  for (const LlamaModel* drafting : {static_cast<const LlamaModel*>(nullptr), &draft}) {
+    INFO((drafting ? "a draft model" : "prompt lookup"));
+    EngineStats stats[2];
+    const auto after = test::serve_speculation(model, drafting, false, &stats[0]);
+    const auto inside = test::serve_speculation(model, drafting, true, &stats[1]);
+    for (const EngineStats& st : stats) {
+      CHECK(st.speculation.verify_steps > 0);
+      CHECK(st.speculation.accepted > 0);
     }
-    REQUIRE(served[0].size() == 4u);
-    CHECK(served[0] == served[1]);
+    REQUIRE(after.size() == 4u);
+    CHECK(inside == after);
   }
 }
 
@@ -652,7 +624,7 @@ TEST_CASE("a speculative step copies to the host once: drafts verified on the de
     o.prefix_cache_bytes = 0;
     o.head_in_step = inside;
     Scheduler engine(model, o);
-    for (Request r : sampled_speculation_requests()) {
+    for (Request r : test::sampled_speculation_requests()) {
       if (!sampled) r.sampling = Sampling{};
       engine.submit(r);
     }

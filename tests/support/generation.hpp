@@ -7,6 +7,7 @@
 #include <statickv/reference/scheduler.hpp>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -107,6 +108,49 @@ inline std::vector<reference::Sampling> every_sampling_setting() {
   rows[6].temperature = 1.0;
   for (size_t r = 0; r < rows.size(); ++r) rows[r].seed = r * 77 + 1;
   return rows;
+}
+
+/// Sampled requests (top-k, top-p, min-p, each with its own seed) whose
+/// prompts repeat a phrase, so prompt lookup drafts; 12 new tokens each.
+inline std::vector<reference::Request> sampled_speculation_requests() {
+  std::vector<reference::Request> requests(4);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    reference::Request& r = requests[i];
+    r.id = "s" + std::to_string(i);
+    const auto base = static_cast<int64_t>(3 + 7 * i);
+    r.prompt = {base, base + 1, base + 2, base + 3, base, base + 1, base + 2};
+    r.max_new_tokens = 12;
+    r.sampling.temperature = 0.6 + 0.2 * static_cast<double>(i);
+    r.sampling.seed = 100 + i;
+    r.sampling.top_k = i == 1 ? 5 : 0;
+    r.sampling.top_p = i == 2 ? 0.9 : 1.0;
+    r.sampling.min_p = i == 3 ? 0.05 : 0.0;
+  }
+  return requests;
+}
+
+/// Serves sampled_speculation_requests() (the first made greedy) under
+/// speculation (k = 3) through a Scheduler of four rows on `model`'s
+/// device, drafting by prompt lookup or with `draft`, verifying inside the
+/// verification runner's step or after it (head_in_step; unset: the
+/// engine's default). Tokens by id; `stats` gets the engine's statistics.
+inline std::map<std::string, std::vector<int64_t>> serve_speculation(
+    const reference::LlamaModel& model, const reference::LlamaModel* draft,
+    std::optional<bool> head_in_step, reference::EngineStats* stats = nullptr) {
+  reference::SchedulerOptions o = static_rows(4);
+  o.speculate = 3;
+  o.prefix_cache_bytes = 0;
+  o.head_in_step = head_in_step;
+  o.draft_model = draft;
+  reference::Scheduler engine(model, o);
+  std::vector<reference::Request> requests = sampled_speculation_requests();
+  requests[0].sampling = reference::Sampling{};  // one greedy row among the sampled
+  for (const reference::Request& r : requests) engine.submit(r);
+  engine.run_until_idle();
+  std::map<std::string, std::vector<int64_t>> served;
+  for (const reference::Completion& c : engine.take_finished()) served[c.id] = c.tokens;
+  if (stats) *stats = engine.stats();
+  return served;
 }
 
 /// Serves five staggered requests (greedy and sampled, penalties, bias,
