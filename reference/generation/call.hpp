@@ -58,6 +58,7 @@ struct Call {
   at::Tensor verify(const StepInputs& in, const DraftSet& drafts,
                     const std::vector<bool>& takes) const {
     if (engine) return engine->run_and_verify(in, drafts, takes);
+    head->check_verify(in.ids.size(1) - 1, drafts, takes);  // before the pass writes the cache
     at::Tensor logits = forward(Pass::kVerify, in, Logits::kAll);
     head->verify(logits.to(at::kFloat), drafts, takes);
     return logits;

@@ -291,12 +291,12 @@ at::Tensor Engine::run_and_verify(const StepInputs& in, const DraftSet& drafts,
   const int64_t b = in.ids.size(0), k = in.ids.size(1) - 1;
   TORCH_CHECK(static_cast<int64_t>(takes.size()) == b, "takes: expected ", b,
               " flags (one per row of ids) but got ", takes.size());
+  head_->check_verify(k, drafts, takes);  // before the pass writes the cache, either way
   if (!head_in_step_) {
     at::Tensor logits = run(Pass::kVerify, in, Logits::kAll);
     head_->verify(logits.to(at::kFloat), drafts, takes);
     return logits;
   }
-  head_->check_verify(k, drafts, takes);
   StepInputs with = in;
   with.takes = takes_tensor(takes);
   with.draft_q = drafts.q;

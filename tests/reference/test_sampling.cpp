@@ -565,34 +565,41 @@ TEST_CASE("verification inside the verification step accepts and draws what it d
   }
 }
 
-TEST_CASE("verification inside the step refuses bad drafts by name before the pass runs",
+TEST_CASE("verification refuses bad drafts by name before the pass runs, inside the step or after",
           "[sampling][speculative][errors]") {
   const LlamaModel model = tiny();
-  SamplingHead head({2, model.config().vocab_size, at::kCPU});
-  EngineOptions e;
-  e.cache = CacheKind::kStatic;
-  e.max_batch = 2;
-  e.max_len = 64;
-  e.speculate = 2;
-  e.head_in_step = true;
-  Engine engine(model, e, &head);
-  StepPacker pack(2, 3);
-  pack.put(0, 0, 5, 0);
-  pack.put(0, 1, 6, 1);
-  const StepInputs in = pack.take();
-  const int64_t vocab = model.config().vocab_size;
-  const DraftSet bad{{{vocab}, {}}, at::Tensor()};
-  require_error(
-      [&] {
-        engine.run_and_verify(in, bad, {true, false});
-      },
-      {"drafts[0]", std::to_string(vocab)});
-  const DraftSet long_row{{{1, 2, 3}, {}}, at::Tensor()};
-  require_error([&] { engine.run_and_verify(in, long_row, {true, false}); }, {"drafts[0]", "k=2"});
-  // Nothing ran: the verification runner served no call, the cache holds nothing.
-  CHECK(engine.runner(Pass::kVerify)->stats().eager_runs == 0);
-  CHECK(engine.runner(Pass::kVerify)->stats().replays == 0);
-  CHECK(engine.cache().seq_lengths().sum().item<int64_t>() == 0);
+  for (const bool inside : {true, false}) {
+    INFO("head_in_step " << inside);
+    SamplingHead head({2, model.config().vocab_size, at::kCPU});
+    EngineOptions e;
+    e.cache = CacheKind::kStatic;
+    e.max_batch = 2;
+    e.max_len = 64;
+    e.speculate = 2;
+    e.head_in_step = inside;
+    Engine engine(model, e, &head);
+    StepPacker pack(2, 3);
+    pack.put(0, 0, 5, 0);
+    pack.put(0, 1, 6, 1);
+    const StepInputs in = pack.take();
+    const int64_t vocab = model.config().vocab_size;
+    const DraftSet bad{{{vocab}, {}}, at::Tensor()};
+    require_error(
+        [&] {
+          engine.run_and_verify(in, bad, {true, false});
+        },
+        {"drafts[0]", std::to_string(vocab)});
+    const DraftSet long_row{{{1, 2, 3}, {}}, at::Tensor()};
+    require_error(
+        [&] {
+          engine.run_and_verify(in, long_row, {true, false});
+        },
+        {"drafts[0]", "k=2"});
+    // Nothing ran: the verification runner served no call, the cache holds nothing.
+    CHECK(engine.runner(Pass::kVerify)->stats().eager_runs == 0);
+    CHECK(engine.runner(Pass::kVerify)->stats().replays == 0);
+    CHECK(engine.cache().seq_lengths().sum().item<int64_t>() == 0);
+  }
 }
 
 TEST_CASE("Generator's speculation verifies inside the verification step as after it",
