@@ -558,13 +558,21 @@ void SamplingHead::check_verify(int64_t k, const DraftSet& drafts,
   verified_rows(static_cast<int64_t>(takes.size()), k, drafts, takes);
 }
 
-void SamplingHead::verify(const at::Tensor& logits, const DraftSet& drafts,
-                          const std::vector<bool>& takes) {
+/// A verification pass's logits: float32 [b, k + 1 >= 2, vocab] on the
+/// head's device (check_logits' rule for every token's logits).
+void SamplingHead::check_verify_logits(const at::Tensor& logits) const {
   const int64_t vocab = options_.vocab_size;
   TORCH_CHECK(logits.dim() == 3 && logits.size(0) <= options_.max_batch && logits.size(1) >= 2 &&
-                  logits.size(2) == vocab && logits.scalar_type() == at::kFloat,
+                  logits.size(2) == vocab && logits.scalar_type() == at::kFloat &&
+                  logits.device() == options_.device,
               "logits: expected float32 [b <= ", options_.max_batch, ", k + 1 >= 2, ", vocab,
-              "] but got ", logits.scalar_type(), " ", logits.sizes());
+              "] on ", options_.device, " but got ", logits.scalar_type(), " ", logits.sizes(),
+              " on ", logits.device());
+}
+
+void SamplingHead::verify(const at::Tensor& logits, const DraftSet& drafts,
+                          const std::vector<bool>& takes) {
+  check_verify_logits(logits);
   const int64_t b = logits.size(0), k = logits.size(1) - 1;
   const Rows rows = verified_rows(b, k, drafts, takes);
   if (!rows.any) return;
@@ -583,13 +591,8 @@ void SamplingHead::verify(const at::Tensor& logits, const DraftSet& drafts,
 void SamplingHead::verify_all(const at::Tensor& logits, const at::Tensor& ids,
                               const at::Tensor& positions, const at::Tensor& takes,
                               const at::Tensor& q) {
+  check_verify_logits(logits);
   const int64_t vocab = options_.vocab_size;
-  TORCH_CHECK(logits.dim() == 3 && logits.size(0) <= options_.max_batch && logits.size(1) >= 2 &&
-                  logits.size(2) == vocab && logits.scalar_type() == at::kFloat &&
-                  logits.device() == options_.device,
-              "logits: expected float32 [b <= ", options_.max_batch, ", k + 1 >= 2, ", vocab,
-              "] on ", options_.device, " but got ", logits.scalar_type(), " ", logits.sizes(),
-              " on ", logits.device());
   const int64_t b = logits.size(0), k1 = logits.size(1), k = k1 - 1;
   TORCH_CHECK(ids.sizes() == at::IntArrayRef({b, k1}) && positions.sizes() == ids.sizes() &&
                   ids.scalar_type() == at::kLong && positions.scalar_type() == at::kLong,

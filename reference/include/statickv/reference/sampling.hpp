@@ -183,6 +183,7 @@ class SamplingHead {
   at::Tensor accepted_drafts(const at::Tensor& p, const at::Tensor& d, const at::Tensor& n,
                              const at::Tensor& q, const at::Tensor& key) const;
   void check_logits(const at::Tensor& logits) const;
+  void check_verify_logits(const at::Tensor& logits) const;
   void pick_rows(const at::Tensor& logits, const at::Tensor& take, const Rows& rows);
   Rows verified_rows(int64_t b, int64_t k, const DraftSet& drafts,
                      const std::vector<bool>& takes) const;
