@@ -9,8 +9,10 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <string>
 #include <vector>
 
 namespace statickv::detail {
@@ -105,28 +107,131 @@ std::unique_ptr<DeviceGraph> capture_cuda_graph(const at::Device& device, GraphP
   return std::make_unique<CudaGraph>(std::move(graph));
 }
 
-GraphNodeCounts count_graph_nodes(const at::Device& device, int warmup_runs,
-                                  const std::function<void()>& body) {
+namespace {
+
+// Runs `body` `warmup_runs` times, captures it once on a side stream of
+// `device` and hands the graph to `visit` before it is dropped.
+void with_captured_graph(const at::Device& device, int warmup_runs,
+                         const std::function<void()>& body,
+                         const std::function<void(cudaGraph_t)>& visit) {
   const SideStream side(device, warmup_runs, body);
   at::cuda::CUDAGraph graph(/*keep_graph=*/true);
   graph.capture_begin();
   body();
   graph.capture_end();
-  cudaGraph_t raw = graph.raw_cuda_graph();
+  visit(graph.raw_cuda_graph());
+}
+
+std::vector<cudaGraphNode_t> nodes_of(cudaGraph_t graph) {
   size_t count = 0;
-  C10_CUDA_CHECK(cudaGraphGetNodes(raw, nullptr, &count));
+  C10_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
   std::vector<cudaGraphNode_t> nodes(count);
-  C10_CUDA_CHECK(cudaGraphGetNodes(raw, nodes.data(), &count));
-  GraphNodeCounts counts;
-  counts.total = static_cast<int64_t>(count);
-  for (cudaGraphNode_t node : nodes) {
-    cudaGraphNodeType type{};
-    C10_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
-    counts.kernels += type == cudaGraphNodeTypeKernel;
-    counts.copies += type == cudaGraphNodeTypeMemcpy;
-    counts.sets += type == cudaGraphNodeTypeMemset;
+  C10_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+  nodes.resize(count);
+  return nodes;
+}
+
+// A driver entry point by name, or nullptr where the driver lacks it.
+// Through the runtime, so nothing links libcuda (absent on machines
+// without a GPU, where the library must still load).
+template <typename Fn>
+Fn driver_entry(const char* symbol, unsigned int version) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(symbol, &fn, version, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
   }
+  return reinterpret_cast<Fn>(fn);
+}
+
+// A kernel node's name and launch shape, through the driver's view of the
+// node: it names kernels that libraries (cuBLAS) launched through the
+// driver API as well as the runtime's.
+GraphKernel kernel_of(cudaGraphNode_t node) {
+  using GetParams = CUresult (*)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS*);
+  using GetName = CUresult (*)(const char**, CUfunction);
+  static const auto get_params = driver_entry<GetParams>("cuGraphKernelNodeGetParams", 12000);
+  static const auto get_name = driver_entry<GetName>("cuFuncGetName", 12030);
+  GraphKernel k;
+  k.name = "?";
+  CUDA_KERNEL_NODE_PARAMS p{};
+  if (get_params == nullptr ||
+      get_params(reinterpret_cast<CUgraphNode>(node), &p) != CUDA_SUCCESS) {
+    return k;
+  }
+  const char* name = nullptr;
+  if (get_name != nullptr && p.func != nullptr && get_name(&name, p.func) == CUDA_SUCCESS &&
+      name != nullptr) {
+    k.name = name;
+  }
+  k.grid[0] = p.gridDimX, k.grid[1] = p.gridDimY, k.grid[2] = p.gridDimZ;
+  k.block[0] = p.blockDimX, k.block[1] = p.blockDimY, k.block[2] = p.blockDimZ;
+  k.shared_bytes = p.sharedMemBytes;
+  return k;
+}
+
+}  // namespace
+
+GraphNodeCounts count_graph_nodes(const at::Device& device, int warmup_runs,
+                                  const std::function<void()>& body) {
+  GraphNodeCounts counts;
+  with_captured_graph(device, warmup_runs, body, [&](cudaGraph_t graph) {
+    const std::vector<cudaGraphNode_t> nodes = nodes_of(graph);
+    counts.total = static_cast<int64_t>(nodes.size());
+    for (cudaGraphNode_t node : nodes) {
+      cudaGraphNodeType type{};
+      C10_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+      counts.kernels += type == cudaGraphNodeTypeKernel;
+      counts.copies += type == cudaGraphNodeTypeMemcpy;
+      counts.sets += type == cudaGraphNodeTypeMemset;
+    }
+  });
   return counts;
+}
+
+std::vector<GraphKernel> graph_kernels(const at::Device& device, int warmup_runs,
+                                       const std::function<void()>& body,
+                                       const std::string& dot_path) {
+  std::vector<GraphKernel> kernels;
+  with_captured_graph(device, warmup_runs, body, [&](cudaGraph_t graph) {
+    if (!dot_path.empty()) {
+      C10_CUDA_CHECK(
+          cudaGraphDebugDotPrint(graph, dot_path.c_str(), cudaGraphDebugDotFlagsVerbose));
+    }
+    for (cudaGraphNode_t node : nodes_of(graph)) {
+      cudaGraphNodeType type{};
+      C10_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+      if (type == cudaGraphNodeTypeKernel) kernels.push_back(kernel_of(node));
+    }
+  });
+  return kernels;
+}
+
+double stream_seconds(const at::Device& device, const std::function<void()>& fn) {
+  const c10::cuda::CUDAGuard guard(device);
+  const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
+  stream.synchronize();
+  cudaEvent_t start = nullptr, stop = nullptr;
+  C10_CUDA_CHECK(cudaEventCreate(&start));
+  C10_CUDA_CHECK(cudaEventCreate(&stop));
+  float ms = 0;
+  try {
+    C10_CUDA_CHECK(cudaEventRecord(start, stream.stream()));
+    fn();
+    C10_CUDA_CHECK(cudaEventRecord(stop, stream.stream()));
+    C10_CUDA_CHECK(cudaEventSynchronize(stop));
+    C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  } catch (...) {
+    (void)cudaEventDestroy(start);
+    (void)cudaEventDestroy(stop);
+    throw;
+  }
+  C10_CUDA_CHECK(cudaEventDestroy(start));
+  C10_CUDA_CHECK(cudaEventDestroy(stop));
+  return static_cast<double>(ms) * 1e-3;
 }
 
 }  // namespace statickv::detail

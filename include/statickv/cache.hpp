@@ -231,6 +231,9 @@ class Cache {
     std::shared_ptr<const LayerPolicy> policy;
     at::Tensor slot_positions;  // [max_batch, capacity + 1], int64, -1 = empty
     at::Tensor row_head_base;   // [max_batch, kv_heads, 1], int64
+    // int32 [max_batch + 1]: row r's first token in varlen_keys' strided
+    // view, r * kv_heads * slots (undefined past int32: varlen refuses it).
+    at::Tensor key_starts;
   };
 
   void check_current(const StepPlan& step) const;
@@ -242,6 +245,8 @@ class Cache {
   void check_layer(int64_t layer) const;
   void check_source(const char* name, const at::Tensor& t, int64_t layer) const;
   const LayerGroup& group_of(int64_t layer) const;
+  at::Tensor varlen_key_starts(int64_t layer, const KV& kv, const StepPlan& step,
+                               KvLayout layout) const;
 
  private:
   void add_group(LayerType type);

@@ -123,6 +123,28 @@ struct GraphNodeCounts {
 /// how many kernels a step launches. For benchmarks and tests.
 GraphNodeCounts count_graph_nodes(const at::Device& device, int warmup_runs,
                                   const std::function<void()>& body);
+
+/// One kernel node of a captured step: the kernel's name ("?" where the
+/// runtime cannot name it: a kernel a library launched through the driver
+/// API) and its launch shape.
+struct GraphKernel {
+  std::string name;
+  int64_t grid[3] = {1, 1, 1};
+  int64_t block[3] = {1, 1, 1};
+  int64_t shared_bytes = 0;
+};
+/// count_graph_nodes()'s capture, listed: every kernel node of one captured
+/// step in the graph's node order. With `dot_path`, the graph's own debug
+/// dump (cudaGraphDebugDotPrint, verbose: every node's parameters) is
+/// written there too. For the benchmarks' kernel inventory.
+std::vector<GraphKernel> graph_kernels(const at::Device& device, int warmup_runs,
+                                       const std::function<void()>& body,
+                                       const std::string& dot_path = "");
+
+/// Seconds the work `fn` enqueues on `device`'s current stream takes, from
+/// a CUDA event recorded before it to one recorded after it (the stream is
+/// synchronized first and after): device time, not the host's.
+double stream_seconds(const at::Device& device, const std::function<void()>& fn);
 #endif
 
 }  // namespace detail

@@ -6,6 +6,7 @@
 #include <statickv/cache.hpp>
 #include <statickv/config.hpp>
 #include <statickv/graph_runner.hpp>
+#include <statickv/kernel_switches.hpp>
 #include <statickv/layers.hpp>
 #include <statickv/mask.hpp>
 #include <statickv/rotary.hpp>

@@ -13,6 +13,7 @@
 // token marks. Products and sums are rounded as the unfused ops round
 // them (no fused multiply-add). Its CPU twin is sampling_cpu.cpp.
 
+#include "pick_grid.hpp"
 #include "sampling_fused.hpp"
 
 #include <ATen/cuda/CUDAContext.h>
@@ -46,21 +47,13 @@ struct Args {
   float* scratch;
   int64_t vocab, max_bias, max_stop, alternatives, width;
   bool logprobs;
+  // The greedy grid (pick_grid.hpp): blocks per row (0: off), their
+  // partials [b, ctas] and each row's count of finished blocks.
+  int64_t ctas;
+  Best* best_parts;
+  Normalizer* norm_parts;
+  unsigned int* done;
 };
-
-/// A value and where it is: the block's argmax keeps the larger value and,
-/// on a tie, the lower index (torch's argmax); index -1 is empty.
-struct Best {
-  float value;
-  int64_t index;
-};
-
-__device__ Best better(Best a, Best b) {
-  if (a.index < 0) return b;
-  if (b.index < 0) return a;
-  if (b.value > a.value || (b.value == a.value && b.index < a.index)) return b;
-  return a;
-}
 
 /// The block's reduction of v by `op` (every thread gets it).
 template <typename T, typename Op>
@@ -288,11 +281,83 @@ __device__ void finish(const Args& a, int64_t r, int64_t pick, float2 normalizer
   a.seen[r * a.vocab + pick] = true;
 }
 
+/// Whether row r takes the greedy grid: greedy, nothing to add or mask
+/// before its argmax (the head sets kPlain), past min_tokens.
+__device__ bool on_grid(const Args& a, const int64_t* key) {
+  return a.ctas > 0 && key[kPlain] != 0 && key[kDrawIndex] >= key[kMinTokens];
+}
+
+/// This block's slice of row r: its argmax and, with log-probabilities,
+/// its log-normalizer terms; 16-byte loads where the row is aligned.
+__device__ void slice_partial(const Args& a, int64_t r, int64_t c, Best* best, Normalizer* norm) {
+  const float* x = a.logits + r * a.vocab;
+  const int64_t begin = slice_begin(a.vocab, a.ctas, c), end = slice_begin(a.vocab, a.ctas, c + 1);
+  const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  Best mine{-INFINITY, -1};
+  int64_t rest = begin;  // where the one-at-a-time loop starts
+  if (aligned) {
+    // Thread t takes groups of four t, t + kThreads, ...; begin is a
+    // multiple of 4, so every group is 16 bytes on a 16-byte boundary.
+    const int64_t groups = (end - begin) / 4;
+    for (int64_t g = threadIdx.x; g < groups; g += kThreads) {
+      const int64_t i = begin + 4 * g;
+      const float4 v = *reinterpret_cast<const float4*>(x + i);
+      mine = better(mine, Best{v.x, i});
+      mine = better(mine, Best{v.y, i + 1});
+      mine = better(mine, Best{v.z, i + 2});
+      mine = better(mine, Best{v.w, i + 3});
+    }
+    rest = begin + 4 * groups;  // fewer than four left: only at the row's end
+  }
+  for (int64_t k = rest + threadIdx.x; k < end; k += kThreads) mine = better(mine, Best{x[k], k});
+  *best = block_best(mine);
+  if (!a.logprobs) return;
+  const float top = best->index < 0 ? -INFINITY : best->value;
+  double sum = 0;
+  for (int64_t k = begin + threadIdx.x; k < end; k += kThreads) sum += expf(__fsub_rn(x[k], top));
+  *norm = Normalizer{top, block_sum(sum)};
+}
+
+/// The greedy grid's block (c, r): its partial, then, in the row's last
+/// block to finish, the merge and the row's result.
+__device__ void grid_block(const Args& a, int64_t r, int64_t c, const float* param, int64_t* key) {
+  Best best;
+  Normalizer norm{-INFINITY, 0.0};
+  slice_partial(a, r, c, &best, &norm);
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    a.best_parts[r * a.ctas + c] = best;
+    a.norm_parts[r * a.ctas + c] = norm;
+    __threadfence();  // the partial is visible before the count says so
+    last = atomicAdd(&a.done[r], 1U) == static_cast<unsigned int>(a.ctas - 1);
+  }
+  __syncthreads();
+  if (!last || threadIdx.x != 0) return;
+  __threadfence();
+  Best all{-INFINITY, -1};
+  Normalizer total{-INFINITY, 0.0};
+  for (int64_t k = 0; k < a.ctas; ++k) {  // block order, as the CPU twin merges
+    const Best* pb = a.best_parts + r * a.ctas + k;
+    all = better(all,
+                 Best{__ldcg(&pb->value), __ldcg(reinterpret_cast<const long long*>(&pb->index))});
+    const Normalizer* pn = a.norm_parts + r * a.ctas + k;
+    total = merge(total, Normalizer{__ldcg(&pn->top), __ldcg(&pn->sum)});
+  }
+  a.done[r] = 0;  // for the next pick (a kernel boundary orders it)
+  const float2 normalizer = make_float2(total.top, static_cast<float>(log(total.sum)));
+  finish(a, r, all.index < 0 ? 0 : all.index, normalizer, param, key);
+}
+
 __global__ void fused_pick_kernel(Args a) {
-  const int64_t r = blockIdx.x;
+  const int64_t r = blockIdx.y;
   if (a.take[r] == 0) return;
   const float* param = a.params + r * kParams;
   int64_t* key = a.keys + r * kKeys;
+  if (on_grid(a, key)) {
+    grid_block(a, r, blockIdx.x, param, key);
+    return;
+  }
+  if (blockIdx.x != 0) return;  // a row off the grid: one block does it all
   const bool masking = key[kDrawIndex] < key[kMinTokens];
   const bool sampled = key[kSampled] != 0;
   float* s = a.scratch + r * a.vocab;
@@ -310,6 +375,13 @@ __global__ void fused_pick_kernel(Args a) {
 }
 
 }  // namespace
+
+int64_t pick_grid_ctas(const at::Device& device, int64_t vocab, int64_t batch) {
+  const int64_t sms = at::cuda::getDeviceProperties(device.index())->multiProcessorCount;
+  // At least one group of four per thread: a slice of 2048 logits (63
+  // blocks for Llama 3's 128256 at batch 1).
+  return grid_ctas(vocab, batch, sms, 4 * kThreads);
+}
 
 void fused_pick_cuda(const FusedPick& p) {
   const c10::cuda::CUDAGuard guard(p.logits.device());
@@ -335,8 +407,13 @@ void fused_pick_cuda(const FusedPick& p) {
          p.stop_ids.size(1),
          p.top_ids.size(1),
          p.out.size(1),
-         p.logprobs};
-  fused_pick_kernel<<<static_cast<unsigned>(b), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(a);
+         p.logprobs,
+         p.ctas,
+         p.ctas > 0 ? reinterpret_cast<Best*>(p.grid_best.data_ptr()) : nullptr,
+         p.ctas > 0 ? reinterpret_cast<Normalizer*>(p.grid_norm.data_ptr()) : nullptr,
+         p.ctas > 0 ? reinterpret_cast<unsigned int*>(p.grid_done.data_ptr<int32_t>()) : nullptr};
+  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(p.ctas, 1)), static_cast<unsigned>(b));
+  fused_pick_kernel<<<grid, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(a);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

@@ -41,7 +41,10 @@ enum Param : int64_t {
   kParams
 };
 /// keys (int64):
-enum Key : int64_t { kSeedKey, kDrawIndex, kKthPosition, kMinTokens, kSampled, kKeys };
+/// kPlain: 1 for a greedy row with no logit bias and no penalties, whose
+/// argmax is of the raw logits once past min_tokens (the greedy grid,
+/// pick_grid.hpp).
+enum Key : int64_t { kSeedKey, kDrawIndex, kKthPosition, kMinTokens, kSampled, kPlain, kKeys };
 
 /// One fused pick over rows [0, b): views of the head's tables.
 struct FusedPick {
@@ -56,13 +59,22 @@ struct FusedPick {
   bool logprobs = false;                // write the log-probability columns
   at::Tensor out;                       // float32 [b, >= 3 + 2n]: the result table's rows
   at::Tensor scratch;                   // float32 [b, vocab] (CUDA): the penalized logits
+  /// CUDA's greedy grid (pick_grid.hpp): blocks per row (0: every row in
+  /// one block), each block's partials (16 bytes each, [b, ctas]) and each
+  /// row's count of finished blocks (int32 [b], zero between picks).
+  int64_t ctas = 0;
+  at::Tensor grid_best, grid_norm, grid_done;
 };
 
 /// On the CPU (rows in parallel).
 void fused_pick_cpu(const FusedPick& p);
 #if defined(STATICKV_HAS_CUDA)
-/// On CUDA: one block per row, on the current stream; no host sync.
+/// On CUDA: one block per row, or `ctas` for a row on the greedy grid, on
+/// the current stream; no host sync.
 void fused_pick_cuda(const FusedPick& p);
+/// Blocks per row of the greedy grid for `batch` rows of `vocab` logits on
+/// `device` (pick_grid.hpp's grid_ctas over its multiprocessors).
+int64_t pick_grid_ctas(const at::Device& device, int64_t vocab, int64_t batch);
 #endif
 
 }  // namespace statickv::reference::detail

@@ -4,6 +4,7 @@
 // stages some taking row asks for, and writes its rows' results into one
 // table that fetch() copies to the host once.
 
+#include <statickv/kernel_switches.hpp>
 #include <statickv/reference/sampling.hpp>
 
 #include "sampling_fused.hpp"
@@ -154,7 +155,16 @@ SamplingHead::SamplingHead(const SamplingHeadOptions& options) : options_(option
   stop_ids_ = at::zeros({b, o.max_stop}, on.dtype(at::kLong));
   out_ = at::zeros({b, 3 + 2 * o.max_logprobs}, on.dtype(at::kFloat));
   hashed_ids_ = at::arange(o.vocab_size, on.dtype(at::kLong)).mul_(kGolden).bitwise_and_(kMask);
-  if (fused() && o.device.is_cuda()) scratch_ = at::empty({b, o.vocab_size}, on.dtype(at::kFloat));
+  if (fused() && o.device.is_cuda()) {
+    scratch_ = at::empty({b, o.vocab_size}, on.dtype(at::kFloat));
+#if defined(STATICKV_HAS_CUDA)
+    // The greedy grid's partials, for its widest grid (batch 1).
+    const int64_t ctas = detail::pick_grid_ctas(o.device, o.vocab_size, 1);
+    grid_best_ = at::empty({b * ctas * 16}, on.dtype(at::kByte));
+    grid_norm_ = at::empty({b * ctas * 16}, on.dtype(at::kByte));
+    grid_done_ = at::zeros({b}, on.dtype(at::kInt));
+#endif
+  }
   host_.assign(static_cast<size_t>(b), Sampling{});
   for (int64_t r = 0; r < b; ++r) set_row(r, Sampling{}, {}, {});
 }
@@ -175,8 +185,10 @@ void SamplingHead::set_row(int64_t r, const Sampling& s, const std::vector<int64
                                      static_cast<float>(s.repetition_penalty),
                                      static_cast<float>(s.presence_penalty),
                                      static_cast<float>(s.frequency_penalty)};
-  const std::vector<int64_t> keys = {seed_key(s.seed), 0, kth, masks ? s.min_tokens : 0,
-                                     sampled(s) ? 1 : 0};
+  const bool plain = !sampled(s) && s.logit_bias.empty() && s.repetition_penalty == 1.0 &&
+                     s.presence_penalty == 0.0 && s.frequency_penalty == 0.0;
+  const std::vector<int64_t> keys = {
+      seed_key(s.seed), 0, kth, masks ? s.min_tokens : 0, sampled(s) ? 1 : 0, plain ? 1 : 0};
   std::vector<int64_t> bias_ids(static_cast<size_t>(o.max_bias), 0);
   std::vector<float> bias_vals(static_cast<size_t>(o.max_bias), 0.0f);
   for (size_t i = 0; i < s.logit_bias.size(); ++i) {
@@ -368,7 +380,7 @@ void SamplingHead::pick_all(const at::Tensor& logits, const at::Tensor& takes) {
 bool SamplingHead::fused() const {
   if (!options_.fused) return false;
 #if defined(STATICKV_HAS_CUDA)
-  if (options_.device.is_cuda()) return true;
+  if (options_.device.is_cuda()) return kernel_enabled("sample_pick");  // Note [kernel switches]
 #endif
   return options_.device.is_cpu();
 }
@@ -400,6 +412,13 @@ void SamplingHead::pick_fused(const at::Tensor& logits, const at::Tensor& take, 
 #if defined(STATICKV_HAS_CUDA)
   if (options_.device.is_cuda()) {
     p.scratch = scratch_.narrow(0, 0, b);
+    // Note [kernel switches]: pick_grid off, every row takes one block.
+    p.ctas = kernel_enabled("pick_grid")
+                 ? detail::pick_grid_ctas(options_.device, options_.vocab_size, b)
+                 : 0;
+    p.grid_best = grid_best_;
+    p.grid_norm = grid_norm_;
+    p.grid_done = grid_done_;
     detail::fused_pick_cuda(p);
     return;
   }
@@ -459,6 +478,16 @@ std::vector<Picked> SamplingHead::fetch(int64_t b) const {
     }
   }
   return picked;
+}
+
+void SamplingHead::copy_picks(const at::Tensor& ids) const {
+  TORCH_CHECK(ids.dim() == 1 && ids.size(0) <= options_.max_batch &&
+                  ids.scalar_type() == at::kLong && ids.device() == options_.device,
+              "ids: expected int64 [b <= ", options_.max_batch, "] on the head's device ",
+              options_.device, " but got ", ids.scalar_type(), " ", ids.sizes(), " on ",
+              ids.device());
+  // The id column is float32, exact for ids below 2^24; the copy converts.
+  ids.copy_(out_.narrow(0, 0, ids.size(0)).select(1, 0));
 }
 
 at::Tensor SamplingHead::distribution(const at::Tensor& x, const Table& t, const Rows& rows) const {

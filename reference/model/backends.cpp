@@ -3,6 +3,7 @@
 
 #include <statickv/attention.hpp>
 #include <statickv/detail/checks.hpp>
+#include <statickv/kernel_switches.hpp>
 #include <statickv/reference/backends.hpp>
 #include <statickv/rotary.hpp>
 
@@ -74,7 +75,9 @@ at::Tensor CacheBackend::attend(int64_t layer, const at::Tensor& query, const at
 at::Tensor CacheBackend::attend_rotary(int64_t layer, const at::Tensor& query,
                                        const at::Tensor& key, const at::Tensor& value,
                                        const at::Tensor& cos, const at::Tensor& sin) {
-  if (path_ != DecodePath::kFused) {
+  // Note [kernel switches]: with rotary_write off, a GPU rotates with
+  // LibTorch ops and writes through update().
+  if (path_ != DecodePath::kFused || (query.is_cuda() && !kernel_enabled("rotary_write"))) {
     return AttentionBackend::attend_rotary(layer, query, key, value, cos, sin);
   }
   TORCH_CHECK(step_ != nullptr, "CacheBackend: expected begin() before attend_rotary()");

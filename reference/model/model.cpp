@@ -2,6 +2,8 @@
 // (ModelConfig, docs/checkpoints.md "Model families").
 
 #include <statickv/detail/checks.hpp>
+#include <statickv/kernel_switches.hpp>
+#include <statickv/reference/act_mul.hpp>
 #include <statickv/reference/checkpoint.hpp>
 #include <statickv/reference/model.hpp>
 #include <statickv/reference/rms_norm.hpp>
@@ -149,9 +151,11 @@ LlamaModel::LlamaModel(ModelConfig config, Weights weights, TpShard tp)
   lm_head_ = config_.tie_word_embeddings ? embed_.narrow(0, plan_.vocab_first, plan_.vocab)
                                          : weights_.at(kLmHead);
   inv_freq_ = both_halves(inverse_frequencies(config_.rope, config_.head_dim)).to(device_);
+  rope_table_ = rope_table(inv_freq_);
   if (config_.sliding_rope) {
     sliding_inv_freq_ =
         both_halves(inverse_frequencies(*config_.sliding_rope, config_.head_dim)).to(device_);
+    sliding_rope_table_ = rope_table(sliding_inv_freq_);
   }
 }
 
@@ -228,17 +232,42 @@ std::pair<at::Tensor, at::Tensor> LlamaModel::rope(const at::Tensor& positions,
 
 // Padded tokens get position 0 for the rotary embedding; their outputs are
 // never used and the cache never stores them.
-LlamaModel::Rotary LlamaModel::rotary(const at::Tensor& positions) const {
+// Note [rope table]: a pass whose positions all fall in the table (one
+// past the highest, attend_len, is at most its rows) gathers cos and sin
+// from it in one launch per rope; any other computes them (three).
+LlamaModel::Rotary LlamaModel::rotary(const at::Tensor& positions, int64_t attend_len) const {
   const at::Tensor clamped = positions.clamp_min(0);
+  const bool table = attend_len > 0 && attend_len <= rope_table_.size(0);
   Rotary r;
-  std::tie(r.cos, r.sin) = rope(clamped, inv_freq_);
+  std::tie(r.cos, r.sin) = table ? from_table(rope_table_, clamped) : rope(clamped, inv_freq_);
   if (sliding_inv_freq_.defined()) {
-    std::tie(r.sliding_cos, r.sliding_sin) = rope(clamped, sliding_inv_freq_);
+    std::tie(r.sliding_cos, r.sliding_sin) =
+        table ? from_table(sliding_rope_table_, clamped) : rope(clamped, sliding_inv_freq_);
   } else {
     r.sliding_cos = r.cos;
     r.sliding_sin = r.sin;
   }
   return r;
+}
+
+// [rows, 2 * head_dim]: cos then sin of positions 0..rows-1, by rope()
+// itself, so the table holds what rope() computes for those positions.
+at::Tensor LlamaModel::rope_table(const at::Tensor& inv_freq) const {
+  const int64_t rows = std::min(config_.max_position_embeddings, kRopeTableRows);
+  const int64_t d = config_.head_dim;
+  const at::Tensor positions =
+      at::arange(rows, at::TensorOptions().dtype(at::kLong).device(device_)).view({1, rows});
+  const auto [cos, sin] = rope(positions, inv_freq);  // [1, 1, rows, d]
+  return at::cat({cos.view({rows, d}), sin.view({rows, d})}, 1);
+}
+
+// cos and sin [b, 1, q, head_dim] (views of one [b, q, 2 * head_dim]
+// gather) of positions `clamped` [b, q], each >= 0 and in the table.
+std::pair<at::Tensor, at::Tensor> LlamaModel::from_table(const at::Tensor& table,
+                                                         const at::Tensor& clamped) const {
+  const int64_t b = clamped.size(0), q = clamped.size(1), d = config_.head_dim;
+  const at::Tensor rows = at::embedding(table, clamped).view({b, 1, q, 2 * d});
+  return {rows.narrow(-1, 0, d), rows.narrow(-1, d, d)};
 }
 
 // Gemma scales the embeddings by sqrt(hidden_size) rounded to the model
@@ -276,7 +305,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& position
 
   backend.set_logit_softcap(config_.attn_logit_softcapping);
   backend.begin(positions, attend_len);
-  const Rotary rot = rotary(positions);
+  const Rotary rot = rotary(positions, attend_len);
   at::Tensor x = embed(ids);  // [b, q, hidden]
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     RECORD_USER_SCOPE(kLayerRegion);
@@ -295,7 +324,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& position
     x = x.gather(1, last).squeeze(1);  // [b, hidden]
   }
   const at::Tensor normed = fused ? fused_rms_norm(x, fused_final_norm_) : rms_norm(x, final_norm_);
-  return lm_head(normed);
+  return lm_head(normed, fused);
 }
 
 // Self-attention of this rank's heads (all of them in a single process);
@@ -333,9 +362,22 @@ at::Tensor LlamaModel::activation(const at::Tensor& gate) const {
   return config_.hidden_act == Activation::kGeluTanh ? at::gelu(gate, "tanh") : at::silu(gate);
 }
 
-// float32 logits over the whole vocabulary on every rank.
-at::Tensor LlamaModel::lm_head(const at::Tensor& x) const {
-  at::Tensor local = project(x, lm_head_).to(at::kFloat);
+// float32 logits over the whole vocabulary on every rank. The fused path
+// on a GPU in fp16/bf16 takes them straight from the GEMM's float32
+// accumulator (one kernel, no cast; Note [fused decode path]): a logit
+// differs from the rounded-then-cast one by the rounding it skips (at most
+// half a unit in the model dtype's last place) and by the GEMM's choice of
+// accumulation order.
+at::Tensor LlamaModel::lm_head(const at::Tensor& x, bool fused) const {
+  const bool half = dtype_ == at::kHalf || dtype_ == at::kBFloat16;
+  at::Tensor local;
+  if (fused && half && x.is_cuda() && kernel_enabled("fp32_logits")) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = lm_head_.size(0);
+    local = at::mm(x.reshape({-1, x.size(-1)}), lm_head_.t(), at::kFloat).view(shape);
+  } else {
+    local = project(x, lm_head_).to(at::kFloat);
+  }
   const double cap = config_.final_logit_softcapping;
   if (cap > 0) local = local.div(cap).tanh_().mul_(cap);  // elementwise: before the gather is exact
   if (!tp_.comm || !tp_.vocab_parallel) return local;
@@ -436,11 +478,10 @@ at::Tensor LlamaModel::fused_attention(const Layer& layer, int64_t l, const at::
   return attn.transpose(1, 2).reshape({b, q, heads * d});
 }
 
-// The gated MLP on the fused path: one gate/up GEMM, act(gate) * up in place.
+// The gated MLP on the fused path: one gate/up GEMM, then act(gate) * up
+// in one kernel (act_mul).
 at::Tensor LlamaModel::fused_mlp(const Layer& layer, const at::Tensor& h) const {
-  const at::Tensor gate_up = project(h, layer.gate_up);
-  const int64_t inter = config_.intermediate_size;
-  return activation(gate_up.narrow(-1, 0, inter)).mul_(gate_up.narrow(-1, inter, inter));
+  return act_mul(project(h, layer.gate_up), config_.hidden_act);
 }
 
 }  // namespace statickv::reference

@@ -41,13 +41,15 @@ DecodeStep::DecodeStep(const LlamaModel& model, DecodePath path, int64_t batch, 
   }
   ids_ = counting(batch, 1, 7, device).remainder(vocab);
   positions_ = counting(batch, 1, context, device);
+  attend_ = context + 1;
 }
 
 DecodeStep::~DecodeStep() = default;
 
 at::Tensor DecodeStep::device_step() {
   c10::InferenceMode inference;
-  return model_.forward(ids_, positions_, *backend_, -1, Logits::kLast).argmax(-1);
+  // attend_len: one past the step's position, as a decoding loop passes it.
+  return model_.forward(ids_, positions_, *backend_, attend_, Logits::kLast).argmax(-1);
 }
 
 at::Tensor DecodeStep::run() { return device_step().to(at::kCPU); }

@@ -233,3 +233,42 @@ TEST_CASE("on CUDA, verification runs inside the captured verification step",
     CHECK(graphed == after);
   }
 }
+
+TEST_CASE(
+    "on CUDA, greedy rows on the grid pick at::argmax with log_softmax's log-probabilities, "
+    "beside rows that are not",
+    "[cuda][sampling][pick_grid]") {
+  // pick_grid.hpp: a plain greedy row is split over many blocks and merged
+  // by the last; a sampled or penalized row in the same pick takes one
+  // block. Odd and aligned vocabularies, batch 1 and 16, ties included.
+  const at::Device gpu(at::kCUDA, 0);
+  at::manual_seed(5);
+  for (int64_t vocab : {50257, 128256}) {
+    for (int64_t rows : {1, 16}) {
+      SamplingHead head = head_on(gpu, rows, vocab);
+      for (int64_t r = 0; r < rows; ++r) {
+        Sampling s;
+        s.logprobs = 2;
+        if (r % 4 == 3) s.temperature = 0.7, s.seed = static_cast<uint64_t>(r);  // off the grid
+        if (r % 4 == 2) s.presence_penalty = 0.5;                                // off the grid
+        head.set_row(r, s, {}, {});
+      }
+      for (int step = 0; step < 3; ++step) {
+        at::Tensor logits = at::randn({rows, vocab}).mul_(3);
+        logits.select(1, vocab - 2).fill_(15);  // a tie at the top, lower index wins
+        logits.select(1, 17).fill_(15);
+        head.pick_all(logits.to(gpu),
+                      at::ones({rows}, at::TensorOptions().dtype(at::kLong).device(gpu)));
+        const std::vector<Picked> got = head.fetch(rows);
+        const at::Tensor lp = logits.log_softmax(1);
+        for (int64_t r = 0; r < rows; ++r) {
+          if (r % 4 >= 2) continue;  // those rows are the other tests' (their own rules)
+          INFO("vocab " << vocab << ", rows " << rows << ", row " << r << ", step " << step);
+          CHECK(got[static_cast<size_t>(r)].token == 17);
+          CHECK(std::abs(got[static_cast<size_t>(r)].logprob.logprob - lp[r][17].item<float>()) <=
+                1e-4);
+        }
+      }
+    }
+  }
+}

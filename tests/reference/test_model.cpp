@@ -504,3 +504,33 @@ TEST_CASE("auto takes the fused path wherever it applies and the plain path else
   Generator quantized(model, options, 1, 16);
   CHECK(quantized.path() == DecodePath::kPlain);
 }
+
+TEST_CASE("the rope table gives the computed rope's logits in fewer launches", "[model][rope]") {
+  // Note [rope table]: a pass with attend_len within the table gathers cos
+  // and sin; one without computes them. Both must give the same logits,
+  // with every family's rope (Gemma 3: a second rope for sliding layers).
+  c10::InferenceMode inference;
+  for (const std::string shape : {"tiny", "tiny-gemma3"}) {
+    const LlamaModel model = make_model(shape);
+    const ModelConfig& c = model.config();
+    const at::Tensor ids =
+        at::tensor(std::vector<int64_t>{3, 9, 27, 81, 14, 42}, i64()).view({2, 3});
+    const at::Tensor pos = at::tensor(std::vector<int64_t>{0, 1, 2, -1, 0, 1}, i64()).view({2, 3});
+    auto logits = [&](int64_t attend, int64_t* launches) {
+      HybridCache cache(model.cache_config(2, 16));
+      CacheBackend backend(cache, AttentionKernel::kSdpa, DecodePath::kFused);
+      OpCounter ops;
+      const at::Tensor out = model.forward(ids, pos, backend, attend, Logits::kAll);
+      *launches = ops.counts().launches - ops.counts().launches_in(kLayerRegion);
+      return out;
+    };
+    int64_t tabled = 0, computed = 0;
+    const at::Tensor a = logits(3, &tabled), b = logits(-1, &computed);
+    // The real tokens' logits (a padded token's output is never used).
+    const at::Tensor real = pos.ge(0);
+    INFO(shape << ": max diff " << max_diff(a.index({real}), b.index({real})));
+    CHECK(close(a.index({real}), b.index({real}), 1e-5));
+    // Per rope: one gather instead of the product, cos and sin.
+    CHECK(computed - tabled == (c.sliding_rope ? 4 : 2));
+  }
+}

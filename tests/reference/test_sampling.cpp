@@ -7,6 +7,8 @@
 
 #include "support/generation.hpp"
 
+#include "generation/pick_grid.hpp"
+
 #include <statickv/reference/checkpoint.hpp>
 #include <statickv/reference/engine.hpp>
 #include <statickv/reference/generator.hpp>
@@ -695,4 +697,47 @@ TEST_CASE("head_in_step needs bucketed runners and a head, naming both", "[sampl
   e.max_len = 64;
   e.head_in_step = true;
   require_error([&] { Engine engine(model, e); }, {"head_in_step", "SamplingHead"});
+}
+
+TEST_CASE("the greedy grid's slices cover a row and its CPU twin merges to argmax and logsumexp",
+          "[sampling][pick_grid]") {
+  // About two blocks per multiprocessor over the batch, none with fewer
+  // than `least` logits.
+  CHECK(reference::detail::grid_ctas(128256, 1, 132, 2048) == 62);
+  CHECK(reference::detail::grid_ctas(128256, 16, 132, 2048) == 17);
+  CHECK(reference::detail::grid_ctas(128256, 1000, 132, 2048) == 1);
+  // pick_grid.hpp: the CUDA pick splits a plain greedy row over blocks and
+  // merges their partials in the last one; the CPU twin walks the same grid.
+  at::manual_seed(12);
+  for (int64_t vocab : {1, 3, 5, 4097, 50257, 128256}) {
+    for (int64_t ctas : {1, 2, 7, 63, 300}) {
+      int64_t covered = 0;
+      for (int64_t c = 0; c < ctas; ++c) {
+        const int64_t begin = reference::detail::slice_begin(vocab, ctas, c);
+        CHECK(begin == covered);
+        CHECK((begin % 4 == 0 || begin == vocab));
+        covered = reference::detail::slice_begin(vocab, ctas, c + 1);
+      }
+      CHECK(covered == vocab);
+      CHECK(reference::detail::grid_ctas(vocab, 1, 132, 2048) ==
+            std::max<int64_t>(1, vocab / 2048));
+      const int64_t b = 3;
+      at::Tensor logits = at::randn({b, vocab}).mul_(3);
+      // A tie at the top: the lower index wins, as at::argmax's.
+      logits.select(1, vocab - 1).fill_(20);
+      logits.select(1, vocab / 2).fill_(20);
+      std::vector<int64_t> ids(static_cast<size_t>(b));
+      std::vector<float> norms(static_cast<size_t>(b));
+      reference::detail::greedy_grid_cpu(logits.data_ptr<float>(), b, vocab, ctas, ids.data(),
+                                         norms.data());
+      const at::Tensor want_ids = logits.argmax(1);
+      const at::Tensor want_norm = logits.logsumexp(1);
+      INFO("vocab " << vocab << ", ctas " << ctas);
+      for (int64_t r = 0; r < b; ++r) {
+        const auto i = static_cast<size_t>(r);
+        CHECK(ids[i] == want_ids[r].item<int64_t>());
+        CHECK(std::abs(norms[i] - want_norm[r].item<float>()) <= 1e-5 * (1 + std::abs(norms[i])));
+      }
+    }
+  }
 }

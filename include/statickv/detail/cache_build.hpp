@@ -58,6 +58,12 @@ STATICKV_CACHE_FN void Cache::add_group(LayerType type) {
   group.row_head_base = at::arange(config_.max_batch * config_.num_kv_heads, long_opts)
                             .mul_(slots)
                             .view({config_.max_batch, config_.num_kv_heads, 1});
+  // Note [step op count]: the varlen path's key starts depend only on the
+  // buffer's shape, so they are built once here, not per layer per step.
+  const int64_t per_row = config_.num_kv_heads * slots;
+  if (config_.max_batch * per_row <= INT32_MAX) {
+    group.key_starts = at::arange(config_.max_batch + 1, long_opts).mul_(per_row).to(at::kInt);
+  }
   groups_.push_back(std::move(group));
 }
 

@@ -134,7 +134,7 @@ STATICKV_CACHE_FN detail::VarlenArgs Cache::varlen_args(int64_t layer, const at:
   args.keys = detail::varlen_keys(kv.keys, layout);
   args.values = detail::varlen_keys(kv.values, layout);
   args.cum_seq_q = rows.cum_seq_q;
-  args.cum_seq_k = detail::varlen_key_starts(kv.keys, layout, arange32_);
+  args.cum_seq_k = varlen_key_starts(layer, kv, step, layout);
   args.seqused_k = rows.seqused_k;
   args.max_q = step.query_len_;
   args.max_k = step.view_len(layer);
@@ -145,6 +145,19 @@ STATICKV_CACHE_FN detail::VarlenArgs Cache::varlen_args(int64_t layer, const at:
   args.query_len = step.query_len_;
   args.layout = layout;
   return args;
+}
+
+// The strided view's key starts were built with the group (add_group); a
+// packed copy's depend on the step's view length.
+STATICKV_CACHE_FN at::Tensor Cache::varlen_key_starts(int64_t layer, const KV& kv,
+                                                      const StepPlan& step, KvLayout layout) const {
+  const LayerGroup& group = group_of(layer);
+  const int64_t dim = kv.keys.size(3);
+  if (layout == KvLayout::kPackedCopy || !group.key_starts.defined() ||
+      kv.keys.stride(1) != group.policy->buffer_len() * dim) {
+    return detail::varlen_key_starts(kv.keys, layout, arange32_);
+  }
+  return group.key_starts.narrow(0, 0, step.live_batch_ + 1);
 }
 
 // Note [newest wins]: two tokens of one row may map to one slot in a step

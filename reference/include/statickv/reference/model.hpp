@@ -48,6 +48,10 @@ struct TpShard {
 /// for the launches inside the layers (Note [counted step]).
 inline constexpr const char* kLayerRegion = "statickv::layer";
 
+/// Most positions the rotary table holds (Note [rope table]): a pass past
+/// them computes its cos and sin instead. 8192 rows of 2 * head_dim.
+inline constexpr int64_t kRopeTableRows = 8192;
+
 class LlamaModel {
  public:
   /// Checks every expected parameter is present with its shape and dtype.
@@ -120,14 +124,17 @@ class LlamaModel {
   double query_factor() const;
   std::pair<at::Tensor, at::Tensor> rope(const at::Tensor& positions,
                                          const at::Tensor& inv_freq) const;
-  Rotary rotary(const at::Tensor& positions) const;
+  Rotary rotary(const at::Tensor& positions, int64_t attend_len) const;
+  at::Tensor rope_table(const at::Tensor& inv_freq) const;
+  std::pair<at::Tensor, at::Tensor> from_table(const at::Tensor& table,
+                                               const at::Tensor& clamped) const;
   at::Tensor embed(const at::Tensor& ids) const;
   at::Tensor scale_query(const at::Tensor& query) const;
   at::Tensor attention(const Layer& layer, int64_t l, const at::Tensor& h, const at::Tensor& cos,
                        const at::Tensor& sin, AttentionBackend& backend) const;
   at::Tensor mlp(const Layer& layer, const at::Tensor& g) const;
   at::Tensor activation(const at::Tensor& gate) const;
-  at::Tensor lm_head(const at::Tensor& x) const;
+  at::Tensor lm_head(const at::Tensor& x, bool fused) const;
   /// Sums a row-parallel projection's partial outputs over the ranks.
   at::Tensor reduce(at::Tensor partial) const;
   void check_same_step(const at::Tensor& ids, int64_t attend_len, Logits logits) const;
@@ -138,6 +145,10 @@ class LlamaModel {
   std::vector<Layer> layers_;
   at::Tensor inv_freq_;          // [head_dim], float32: each frequency for both halves
   at::Tensor sliding_inv_freq_;  // the sliding layers' where ModelConfig::sliding_rope is set
+  // Note [rope table]: [rows, 2 * head_dim] in the model dtype, cos then
+  // sin of positions 0..rows-1 (rows: max_position_embeddings, at most
+  // kRopeTableRows), and the sliding layers' where their rope differs.
+  at::Tensor rope_table_, sliding_rope_table_;
   at::ScalarType dtype_;
   at::Device device_;
   TpShard tp_;

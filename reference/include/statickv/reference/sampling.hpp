@@ -162,6 +162,10 @@ class SamplingHead {
   std::pair<at::Tensor, at::Tensor> draft(const at::Tensor& logits, int64_t i) const;
   /// Rows [0, b)'s latest picks: one device-to-host copy.
   std::vector<Picked> fetch(int64_t b) const;
+  /// Rows [0, b)'s latest picked ids written into `ids` (int64 [b] on the
+  /// head's device, b = ids.size(0)) on the device: one kernel, no host
+  /// sync, so a captured step can feed its pick back as the next input.
+  void copy_picks(const at::Tensor& ids) const;
 
   /// The distribution rows [0, b) sample from (penalties, bias, min_tokens,
   /// temperature, top-k, top-p, min-p), [b, vocab] float32 in vocabulary
@@ -209,8 +213,9 @@ class SamplingHead {
   at::Tensor stop_ids_;   // int64 [B, max_stop]
   at::Tensor
       out_;  // float32 [B, 3 + 2 * max_logprobs]: id, accepted, logprob, top ids, top logprobs
-  at::Tensor hashed_ids_;       // int64 [vocab]: (id * golden) mod 2^32, the draws' per-id input
-  at::Tensor scratch_;          // float32 [B, vocab] (fused, CUDA): the penalized logits
+  at::Tensor hashed_ids_;  // int64 [vocab]: (id * golden) mod 2^32, the draws' per-id input
+  at::Tensor scratch_;     // float32 [B, vocab] (fused, CUDA): the penalized logits
+  at::Tensor grid_best_, grid_norm_, grid_done_;  // the fused CUDA pick's greedy grid
   std::vector<Sampling> host_;  // each row's settings, for what a call must compute
 };
 

@@ -52,6 +52,7 @@ class DecodeStep {
   std::unique_ptr<Cache> cache_;
   std::unique_ptr<CacheBackend> backend_;
   at::Tensor ids_, positions_;
+  int64_t attend_ = 0;
 };
 
 /// Counts the device side of one greedy decode step of `model` on `path`
