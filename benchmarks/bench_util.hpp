@@ -120,6 +120,25 @@ inline std::vector<Stats> measure_interleaved(const std::vector<Variant>& varian
   return out;
 }
 
+/// Rotated rounds of `arms` arms: round r samples arm r, r + 1, ... in
+/// turn (A-B-C, B-C-A, C-A-B), after one unkept sample of each.
+/// `sample(i)` takes one sample of arm i (seconds per unit of work, timed
+/// however the arm times itself). Returns per-arm stats in arm order.
+inline std::vector<Stats> rotated_rounds(size_t arms, int rounds,
+                                         const std::function<double(size_t)>& sample) {
+  for (size_t i = 0; i < arms; ++i) sample(i);  // warm-up
+  std::vector<std::vector<double>> samples(arms);
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t j = 0; j < arms; ++j) {
+      const size_t i = (j + static_cast<size_t>(r)) % arms;
+      samples[i].push_back(sample(i));
+    }
+  }
+  std::vector<Stats> out;
+  for (auto& s : samples) out.push_back(summarize_keep(s));
+  return out;
+}
+
 // Flags, devices and dtypes: the programs' one parser (statickv/flags/flags.hpp).
 using apps::dtype_name;
 using apps::FlagError;
@@ -227,6 +246,25 @@ inline void write_json(const std::string& path, const Json& json) {
   if (!out) throw std::runtime_error("--json: cannot write " + path);
   out << json.dump(1) << "\n";
   fmt::print("wrote {}\n", path);
+}
+
+// Bytes per second of a device copy (read + write), the best of a few runs.
+inline double copy_bandwidth(const at::Device& device) {
+  const int64_t bytes = device.is_cuda() ? (int64_t{1} << 31) : (int64_t{1} << 28);
+  const auto opts = at::TensorOptions().dtype(at::kByte).device(device);
+  at::Tensor src = at::ones({bytes}, opts);
+  at::Tensor dst = at::empty({bytes}, opts);
+  dst.copy_(src);
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    sync(device);
+    const auto start = Clock::now();
+    const int reps = device.is_cuda() ? 10 : 2;
+    for (int r = 0; r < reps; ++r) dst.copy_(src);
+    const double took = seconds_since(start, device);
+    best = std::max(best, 2.0 * static_cast<double>(bytes) * reps / took);
+  }
+  return best;
 }
 
 /// "1.023 [0.981, 1.066]".

@@ -36,25 +36,6 @@ struct Options {
   bool no_graphs = false, no_full_batch = false, fused = false;
 };
 
-// Bytes per second of a device copy (read + write), the best of a few runs.
-double copy_bandwidth(const at::Device& device) {
-  const int64_t bytes = device.is_cuda() ? (int64_t{1} << 31) : (int64_t{1} << 28);
-  const auto opts = at::TensorOptions().dtype(at::kByte).device(device);
-  at::Tensor src = at::ones({bytes}, opts);
-  at::Tensor dst = at::empty({bytes}, opts);
-  dst.copy_(src);
-  double best = 0;
-  for (int i = 0; i < 5; ++i) {
-    sync(device);
-    const auto start = Clock::now();
-    const int reps = device.is_cuda() ? 10 : 2;
-    for (int r = 0; r < reps; ++r) dst.copy_(src);
-    const double took = seconds_since(start, device);
-    best = std::max(best, 2.0 * static_cast<double>(bytes) * reps / took);
-  }
-  return best;
-}
-
 // One cache and the decode step over it, eager or through a GraphRunner,
 // for each decoder path ([0] plain, [1] fused).
 struct Subject {

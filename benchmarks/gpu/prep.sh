@@ -18,7 +18,7 @@
 #    it. About 28 MB plus 4 MB per extra Python version.
 # 3. The manifest, .devdeps/manifest.json: the commit and a hash of each
 #    stage's sources (benchmarks/gpu/stages.py), so run_gpu.sh skips every
-#    stage a committed summary under benchmarks/results/h200/ already holds.
+#    stage a committed summary under benchmarks/results/<card>/ already holds.
 # 4. Checks that the working tree plus .devdeps/ stays under 64 MiB, and
 #    exits 1 when it does not.
 #

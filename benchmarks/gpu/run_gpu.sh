@@ -1,46 +1,57 @@
 #!/usr/bin/env bash
-# The prepared GPU run: one attempt of at most 7 minutes (--budget 420) that
-# builds what its stages run, runs the [cuda] tests and every CUDA benchmark
-# in priority order, and leaves the results under $OUT as it goes.
+# The prepared GPU run: one attempt of at most 400 s (--budget 400) that
+# builds what its stages run, checks each kernel statickv owns, runs the
+# [cuda] tests and the CUDA benchmarks in priority order, and leaves the
+# results under $OUT as it goes. A second attempt resumes where the first
+# stopped (docs/gpu.md "Resuming").
 #
 # On the GPU machine, from a copy of the working tree with the .devdeps/
 # that `bash benchmarks/gpu/prep.sh --hf-wheels 3.11,3.12,3.13` made on the
 # CPU machine:
-#   bash benchmarks/gpu/run_gpu.sh            (allow ~480 s)
+#   bash benchmarks/gpu/run_gpu.sh            (allow ~460 s)
 #
 # $OUT (default results/gpu-run) receives, refreshed after EVERY stage so a
 # kill at the limit keeps what finished:
 #   summaries.jsonl    one JSON line per stage (benchmarks/gpu/summaries.py):
 #                      stage, exit status, seconds, the stage's result JSON
-#                      inlined, the last lines of its log, and the commit,
-#                      date, torch and transformers versions and GPU name;
-#                      commit it as benchmarks/results/<gpu>/*.json
-#   gpu_results.tar.gz results/gpu/: every benchmark's JSON and log so far
-#   run.log            everything printed, stage by stage, with timings
+#                      inlined, the last lines of its log, and the commit
+#                      (git describe --dirty, marked when the tree changed
+#                      after prep.sh), date, torch and transformers versions
+#                      and GPU name; commit it as
+#                      benchmarks/results/<card>/<date>-<commit>.jsonl
+#   gpu_results.tar.gz results/gpu/: every benchmark's JSON and log so far,
+#                      with the chained step's kernel inventory (inventory/)
+#   run.log            everything printed, stage by stage, with timings and
+#                      the GPU's clocks before and after each stage
 #   build.log          configure + build output (benchmarks/gpu/build.sh)
 #   REPORT.md          benchmarks/report.py over the results (at the end)
 #   roofline.json, offload.json  the roofline and offload summaries
+#   disabled_kernels   the kernels the checks switched off (may be empty)
 # Afterwards, on the CPU machine: tar xzf gpu_results.tar.gz, then
 # `python3 benchmarks/report.py results/gpu` draws the plots (gnuplot).
 #
 # Stages, in this order, each under `timeout` with its own limit; one that
-# would start with too little of the budget left is skipped (and says so):
-#   1. build: only the targets the stages run, every core, past failures
-#   2. [cuda] tests (and tensor parallelism at world 1), then
-#      compute-sanitizer memcheck of the [memcheck] subset
-#   3. llama-3.2-1b bf16 decode, batch 1 and 16, plain and fused, CUDA
-#      graphs: ms/step, tokens/s, bandwidth, kernels per step
-#   4. against transformers' static cache compiled as its docs say, batch
-#      1 and 16, tokens compared (hf_compare.py --parts roofline)
-#   5. decode against the exact-length ideal over context lengths (varlen
-#      and masked) and the ragged batch
-#   6. the decode step per family, plain against fused (Note [counted
-#      step]: launches, captured kernels and memcpy nodes, eager step
-#      times); llama-3.1-8b batch 1; host offload of the 8B shape; then the rest
-#      (SmolLM2 shape, prompt lengths, write cost, attention stack, memory,
-#      serving vs generate_batch, AOTInductor, the Python seeds under
-#      reduce-overhead, statickv.hf's int8/fp8 caches, the Hugging Face
-#      comparison) while time is left.
+# would start with too little of the budget left is skipped (and says so).
+# Tiers are attempts (benchmarks/gpu/stages.py): tier 1 fits one attempt.
+#   Attempt 1: the build (only the targets the stages run, at most 1.3x the
+#     measured cold build); kernel_checks (Note [kernel switches]: each
+#     kernel's tests alone, a failing kernel switched off for every later
+#     stage); the [cuda] tests; the chained step (Note [chained step]:
+#     llama-3.2-1b bf16 at batch 1 and 16, 32+128 and 1024+128, plain and
+#     fused, with the batch-1 kernel inventory; llama-3.1-8b at batch 1);
+#     the pick alone; compute-sanitizer (memcheck, racecheck, synccheck) on
+#     the new kernels' tests at tiny shapes.
+#   Attempt 2: the chained step arm against arm on one checkpoint
+#     (transformers' compiled static cache, a gpt-fast-style model file,
+#     statickv: benchmarks/chained_arms.py); tensor parallelism at world 1;
+#     the replayed single step
+#     (model_decode); transformers' compiled static cache (hf_roofline);
+#     context length and ragged decode; serving greedy and sampled;
+#     statickv.hf's int8/fp8 caches; host offload.
+#   Later: the rest (step_ops, the 8B replayed step, SmolLM2 shape, prompt
+#     lengths, write cost, attention stack, memory, AOTInductor, the
+#     Hugging Face serving and comparison, the Python seeds, memcheck of the
+#     whole [memcheck] subset).
 # Transformers: the wheels prep.sh carried (.devdeps/wheels, 5.24) go ahead
 # of the machine's own.
 #
@@ -49,23 +60,24 @@
 #               OUT defaults to /tmp/statickv-gpu-out, RES to $OUT/gpu. ctest's
 #               gpu_dry_run runs it and fails on any stage that fails
 #               (benchmarks/gpu/summaries.py check).
-#   --budget S  total seconds (default 420)
+#   --budget S  total seconds (default 400)
 #   --all       run every stage, even one a committed summary already holds
 #   --only A,B  run only the stages named (and the build), in the usual
 #               order: a short attempt that re-checks what a fix touched
 #   --results-dir DIR
-#               the committed summaries (default benchmarks/results/h200):
+#               the committed summaries (default benchmarks/results/<card>,
+#               the card from nvidia-smi: h100, h200, ...):
 #               a stage whose source hash (benchmarks/gpu/stages.py, the
 #               manifest prep.sh wrote to .devdeps/manifest.json) matches a
 #               summary there that exited 0 is skipped as done, so a second
 #               attempt starts where the first stopped; the build is skipped
 #               when no stage is left
 # The dry run first prints each stage's tier and planned seconds
-# (stages.py plan; tiers 1-5 plan at most 420 s).
+# (stages.py plan; tier 1 plans at most 340 s: 60 s of slack in 400).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-dry=0 budget=420 all=0 only="" committed=$ROOT/benchmarks/results/h200
+dry=0 budget=400 all=0 only="" committed=""
 while (($#)); do
   case "$1" in
     --dry-run) dry=1 ;;
@@ -90,6 +102,16 @@ else
   DEV=cuda
 fi
 mkdir -p "$OUT"
+# The card's short name (h100, h200, ...): results are per card.
+card() {
+  local name
+  name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr 'A-Z' 'a-z')
+  name=$(grep -oE '(h100|h200|b200|gh200|a100|l40s|l4)' <<<"$name" | head -1)
+  echo "${name:-gpu}"
+}
+if [ -z "$committed" ]; then
+  if ((dry)); then committed=$ROOT/benchmarks/results/dry-run; else committed=$ROOT/benchmarks/results/$(card); fi
+fi
 if ((dry)); then RES=${RES:-$OUT/gpu}; else RES=${RES:-$ROOT/results/gpu}; fi
 rm -rf "$RES" && mkdir -p "$RES"
 SUMMARIES=$OUT/summaries.jsonl
@@ -109,7 +131,10 @@ declare -A TARGETS_OF=(
   [write_cost]=statickv_bench_write [decode_step]=statickv_bench_decode
   [memory]=statickv_bench_memory [serving]=statickv_bench_serving
   [serving_sampled]=statickv_bench_serving [hf_serving]=statickv_bench_serving
-  [aoti]="statickv_bench_aoti statickv_ops" [hf_compare]=statickv-serve)
+  [aoti]="statickv_bench_aoti statickv_ops" [hf_compare]=statickv-serve
+  [kernel_checks]=statickv_cuda_tests [memcheck_all]=statickv_cuda_tests
+  [chained]=statickv_bench_chained_decode [chained_8b]=statickv_bench_chained_decode
+  [pick]=statickv_bench_pick [chained_arms]=statickv_bench_chained_decode)
 # selected NAME: --only names the stage, or there is no --only.
 selected() { [ -z "$only" ] || [[ $only == *",$1,"* ]]; }
 # wanted NAME: the stage is left to run (not done, and selected).
@@ -186,14 +211,29 @@ stage() {
   fi
   local t=$((l - 10 < max ? l - 10 : max))
   echo "== $name (timeout ${t}s, $l s left): $*"
+  clocks "before $name"
   local t0=$SECONDS
   timeout --kill-after=10 "$t" "$@" > "$RES/$name.txt" 2>&1
   local rc=$?
+  clocks "after $name"
   tail -n 40 "$RES/$name.txt"
   echo "== $name: exit $rc after $((SECONDS - t0)) s"
   summarize --stage "$name" --exit "$rc" --seconds "$((SECONDS - t0))" \
     --result "$RES/$name.json" --log "$RES/$name.txt" --sources-hash "${HASH[$name]:-unknown}"
   return 0
+}
+
+# The commit the summaries record (the manifest's, marked when the tree
+# changed after prep.sh: benchmarks/gpu/summaries.py env).
+env_commit() {
+  "$PY" -c 'import json, sys; print(json.loads(sys.argv[1]).get("commit", "unknown"))' \
+    "$ENV_JSON" 2>/dev/null || echo unknown
+}
+# The GPU's clocks, temperature and power, for the log beside each stage.
+clocks() {
+  ((dry)) && return 0
+  echo "== clocks $1: $(nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw \
+    --format=csv,noheader 2>&1 | head -1)"
 }
 
 main() {
@@ -221,7 +261,8 @@ elif ((!dry)); then
   t0=$SECONDS
   [ -d .devdeps/usr ] || { echo "no .devdeps/usr: run benchmarks/gpu/prep.sh on the CPU machine and send .devdeps/ along"; return 1; }
   export LD_LIBRARY_PATH="$ROOT/.devdeps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
-  PY=$PY BUILD_TARGETS="$(gpu_targets)" timeout 240 bash benchmarks/gpu/build.sh \
+  # 1.3x the measured cold build (80 s on the H200 with 16 cores).
+  PY=$PY BUILD_TARGETS="$(gpu_targets)" timeout "${BUILD_LIMIT:-105}" bash benchmarks/gpu/build.sh \
     -DSTATICKV_BUILD_EXAMPLES=OFF > "$OUT/build.log" 2>&1
   rc=$?
   tail -n 25 "$OUT/build.log"
@@ -232,31 +273,21 @@ fi
 B=$BUILD/benchmarks
 have() { [ -x "$1" ] || { echo "== missing $1 (not built)"; return 1; }; }
 
+# Note [kernel switches]: each kernel's tests alone, first; a kernel that
+# fails is switched off (STATICKV_DISABLE_KERNELS) for every later stage.
+if have "$BUILD/tests/cuda/statickv_cuda_tests"; then
+  stage kernel_checks 15 60 bash benchmarks/gpu/kernel_checks.sh \
+    "$BUILD/tests/cuda/statickv_cuda_tests" "$OUT/disabled_kernels"
+  if [ -s "$OUT/disabled_kernels" ]; then
+    export STATICKV_DISABLE_KERNELS
+    STATICKV_DISABLE_KERNELS=$(cat "$OUT/disabled_kernels")
+    echo "== kernels switched off for the later stages: $STATICKV_DISABLE_KERNELS"
+  fi
+fi
 if ((!dry)); then
   have "$BUILD/tests/cuda/statickv_cuda_tests" &&
     stage cuda_tests 30 90 "$BUILD/tests/cuda/statickv_cuda_tests" "[cuda]" --durations yes
-  # Tensor parallelism, world 1 through NCCL (docs/tensor_parallel.md): seconds.
-  have "$BUILD/tests/reference/tp/statickv_tp_cuda_tests" &&
-    stage tp_cuda_tests 15 60 "$BUILD/tests/reference/tp/statickv_tp_cuda_tests" "[cuda]" --durations yes
 fi
-# compute-sanitizer memcheck over the [memcheck] subset of the [cuda] tests
-# (the cache and attention tests with max_len <= 256, eager: the varlen
-# path's strided key view and offsets are the reads it checks), with the
-# caching allocator off so every out-of-bounds read lands outside a
-# cudaMalloc block. In a dry run the same test filter runs without the
-# sanitizer (it exits 77 without a GPU: plumbing only).
-sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-if have "$BUILD/tests/cuda/statickv_cuda_tests"; then
-  if ((dry)); then
-    stage memcheck 10 30 "$BUILD/tests/cuda/statickv_cuda_tests" "[memcheck]"
-  elif [ -x "$sanitizer" ]; then
-    stage memcheck 60 110 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$sanitizer" --tool memcheck \
-      --error-exitcode 1 "$BUILD/tests/cuda/statickv_cuda_tests" "[memcheck]" --durations yes
-  else
-    echo "== memcheck: SKIPPED (no compute-sanitizer)"
-  fi
-fi
-
 if ((dry)); then
   model=(--shape tiny --dtype fp32 --context 64 --max-len 128 --rounds 3 --calls 2 --fused)
   model8b=(--shape tiny --dtype fp32 --context 64 --max-len 128 --rounds 2 --calls 2 --fused)
@@ -273,6 +304,10 @@ if ((dry)); then
   serving=(--shape tiny --requests 20 --rate 50 --max-len 256 --max-prompt 64 --max-new 32)
   sampled=(--shape tiny --requests 16 --rate 0 --max-batch 16 --max-len 256 --max-prompt 64
            --max-new 32 --sampling --rounds 1)
+  chained=(--shape tiny --dtype fp32 --batch 1,4 --contexts 8+8,32+8 --rounds 2)
+  chained8b=(--shape tiny --dtype fp32 --batch 1 --contexts 8+8 --rounds 2)
+  pick=(--vocab 4096 --batch 1,4 --rounds 2 --calls 5)
+  arms=(--shape tiny --batches 1,2 --contexts 8+8 --rounds 2 --compile-backend eager)
 else
   # --fused: every variant beside its fused twin, and the kernels of a
   # captured batch-1 step per path.
@@ -304,6 +339,58 @@ else
   # Note [sampling head]: half the requests sampled against all greedy, batch 16, capacity.
   sampled=(--shape llama-3.2-1b --dtype bf16 --requests 64 --rate 0 --max-batch 16 --max-len 1024
            --max-prompt 256 --max-new 128 --sampling --rounds 3)
+  # Note [chained step]: the anchor's 32+128 and context 1024, batch 1 and
+  # 16, plain and fused; the 8B shape at batch 1.
+  chained=(--shape llama-3.2-1b --dtype bf16 --batch 1,16 --contexts 32+128,1024+128
+           --paths plain,fused --rounds 5)
+  chained8b=(--shape llama-3.1-8b --dtype bf16 --batch 1 --contexts 32+128,1024+128
+             --paths plain,fused --rounds 3)
+  pick=(--vocab 128256 --batch 1,16 --rounds 7 --calls 50)
+  # One workload (each cell compiles each Python arm once), batch 1 first.
+  arms=(--shape llama-3.2-1b --batches 1,16 --contexts 32+128 --rounds 5)
+fi
+# Note [chained step]: dependent steps with the pick inside, fed back on
+# the device; the batch-1 steps' kernel inventory goes to $RES/inventory.
+have "$B/statickv_bench_chained_decode" &&
+  stage chained 60 110 "$B/statickv_bench_chained_decode" --device "$DEV" "${chained[@]}" \
+    --inventory "$RES/inventory" --json "$RES/chained.json"
+have "$B/statickv_bench_chained_decode" &&
+  stage chained_8b 40 75 "$B/statickv_bench_chained_decode" --device "$DEV" "${chained8b[@]}" \
+    --json "$RES/chained_8b.json"
+have "$B/statickv_bench_pick" &&
+  stage pick 10 40 "$B/statickv_bench_pick" --device "$DEV" "${pick[@]}" --json "$RES/pick.json"
+# compute-sanitizer on the new kernels' tests at tiny shapes (the sampling
+# head's pick: vocab 4096, a few rows): memcheck, racecheck and synccheck,
+# with the caching allocator off so every out-of-bounds read lands outside
+# a cudaMalloc block. In a dry run the same filter runs without the
+# sanitizer (it exits 77 without a GPU: plumbing only).
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+new_kernels='[cuda][sampling]~[serving]~[speculative]'
+if have "$BUILD/tests/cuda/statickv_cuda_tests"; then
+  if ((dry)); then
+    stage memcheck 10 30 "$BUILD/tests/cuda/statickv_cuda_tests" "$new_kernels"
+  elif [ -x "$sanitizer" ]; then
+    stage memcheck 45 90 bash -c 'for tool in memcheck racecheck synccheck; do
+        echo "== compute-sanitizer --tool $tool"
+        env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$0" --tool "$tool" --error-exitcode 1 \
+          "$1" "$2" --durations yes || exit 1
+      done' "$sanitizer" "$BUILD/tests/cuda/statickv_cuda_tests" "$new_kernels"
+  else
+    echo "== memcheck: SKIPPED (no compute-sanitizer)"
+  fi
+fi
+# Attempt 2 starts here. The chained step arm against arm on one seeded
+# checkpoint (benchmarks/chained_arms.py): transformers' static cache
+# compiled with reduce-overhead, a gpt-fast-style model file, statickv; a
+# table after every cell, so a cut stage keeps what it measured.
+if "$PY" -c 'import transformers' 2>/dev/null && have "$B/statickv_bench_chained_decode"; then
+  stage chained_arms 90 150 "$PY" benchmarks/chained_arms.py --bench "$B/statickv_bench_chained_decode" \
+    --device "$DEV" "${arms[@]}" --workdir /tmp/statickv-hf --json "$RES/chained_arms.json"
+fi
+if ((!dry)); then
+  # Tensor parallelism, world 1 through NCCL (docs/tensor_parallel.md): seconds.
+  have "$BUILD/tests/reference/tp/statickv_tp_cuda_tests" &&
+    stage tp_cuda_tests 15 60 "$BUILD/tests/reference/tp/statickv_tp_cuda_tests" "[cuda]" --durations yes
 fi
 have "$B/statickv_bench_model" &&
   stage model_decode 40 75 "$B/statickv_bench_model" --device "$DEV" "${model[@]}" --json "$RES/model_decode.json"
@@ -320,11 +407,14 @@ if "$PY" -c 'import transformers' 2>/dev/null && have "$BUILD/apps/statickv-demo
 fi
 have "$B/statickv_bench_context" &&
   stage context_length 30 60 "$B/statickv_bench_context" --device "$DEV" "${context[@]}" --json "$RES/context_length.json"
-have "$B/statickv_bench_step" &&
-  stage step_ops 60 150 "$B/statickv_bench_step" --device "$DEV" "${step[@]}" --json "$RES/step_ops.json"
-have "$B/statickv_bench_model" &&
-  stage model_decode_8b 45 60 "$B/statickv_bench_model" --device "$DEV" "${model8b[@]}" \
-    --json "$RES/model_decode_8b.json"
+# Continuous batching (Scheduler) vs static batching (Generator) on one trace.
+have "$B/statickv_bench_serving" &&
+  stage serving 40 120 "$B/statickv_bench_serving" --device "$DEV" "${serving[@]}" --json "$RES/serving.json" \
+    --trace-out "$RES/serving_trace.json"
+have "$B/statickv_bench_serving" &&
+  stage serving_sampled 60 120 "$B/statickv_bench_serving" --device "$DEV" "${sampled[@]}" \
+    --json "$RES/serving_sampled.json"
+
 # Host offload: decode with the cache offloaded to pinned host memory against
 # the device cache, and the link's own bandwidth; summary copied to $OUT.
 if have "$B/statickv_bench_offload"; then
@@ -332,8 +422,13 @@ if have "$B/statickv_bench_offload"; then
     --json "$RES/offload.json"
   [ -f "$RES/offload.json" ] && "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1]));
 d["commit"] = sys.argv[2]; json.dump(d, open(sys.argv[3], "w"), indent=2)' \
-    "$RES/offload.json" "$(git rev-parse HEAD 2>/dev/null || echo unknown)" "$OUT/offload.json"
+    "$RES/offload.json" "$(env_commit)" "$OUT/offload.json"
 fi
+have "$B/statickv_bench_step" &&
+  stage step_ops 60 150 "$B/statickv_bench_step" --device "$DEV" "${step[@]}" --json "$RES/step_ops.json"
+have "$B/statickv_bench_model" &&
+  stage model_decode_8b 45 60 "$B/statickv_bench_model" --device "$DEV" "${model8b[@]}" \
+    --json "$RES/model_decode_8b.json"
 if have "$B/statickv_bench_model"; then
   for rows in 8 64; do
     stage "smollm2_decode_b$rows" 30 60 "$B/statickv_bench_model" --device "$DEV" "${smollm2[@]}" \
@@ -349,14 +444,6 @@ have "$B/statickv_bench_decode" &&
   stage decode_step 20 40 "$B/statickv_bench_decode" --device "$DEV" "${decode[@]}" --json "$RES/decode_step.json"
 have "$B/statickv_bench_memory" &&
   stage memory 5 20 "$B/statickv_bench_memory" --json "$RES/memory.json"
-# Continuous batching (Scheduler) vs static batching (Generator) on one trace.
-have "$B/statickv_bench_serving" &&
-  stage serving 40 120 "$B/statickv_bench_serving" --device "$DEV" "${serving[@]}" --json "$RES/serving.json" \
-    --trace-out "$RES/serving_trace.json"
-have "$B/statickv_bench_serving" &&
-  stage serving_sampled 60 120 "$B/statickv_bench_serving" --device "$DEV" "${sampled[@]}" \
-    --json "$RES/serving_sampled.json"
-
 # An AOTInductor package (compiled here, for this device; its checkpoint is
 # made by transformers) vs the reference decoder.
 if "$PY" -c 'import transformers' 2>/dev/null && have "$B/statickv_bench_aoti"; then
@@ -401,7 +488,25 @@ if "$PY" -c 'import transformers' 2>/dev/null && (($(left) > 200)); then
       tests/python/test_hf_quantized.py
 fi
 
-commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+# compute-sanitizer memcheck over the [memcheck] subset of the [cuda] tests
+# (the cache and attention tests with max_len <= 256, eager: the varlen
+# path's strided key view and offsets are the reads it checks), with the
+# caching allocator off so every out-of-bounds read lands outside a
+# cudaMalloc block. In a dry run the same test filter runs without the
+# sanitizer (it exits 77 without a GPU: plumbing only).
+if have "$BUILD/tests/cuda/statickv_cuda_tests"; then
+  if ((dry)); then
+    stage memcheck_all 10 30 "$BUILD/tests/cuda/statickv_cuda_tests" "[memcheck]"
+  elif [ -x "$sanitizer" ]; then
+    stage memcheck_all 60 110 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$sanitizer" --tool memcheck \
+      --error-exitcode 1 "$BUILD/tests/cuda/statickv_cuda_tests" "[memcheck]" --durations yes
+  else
+    echo "== memcheck: SKIPPED (no compute-sanitizer)"
+  fi
+fi
+
+
+commit=$(env_commit)
 "$PY" benchmarks/report.py "$RES" --title "statickv on $DEV ($(date -u +%F))" \
   --roofline "$OUT/roofline.json" --commit "$commit" &&
   cp "$RES/REPORT.md" "$OUT/REPORT.md"

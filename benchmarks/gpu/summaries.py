@@ -36,6 +36,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import stages  # noqa: E402  (beside this file)
+
 ENV_FIELDS = ("commit", "date", "torch", "transformers", "gpu")
 
 
@@ -44,7 +47,12 @@ def environment(manifest=None, dry_run=False):
     # since what travels there may hold a stale .git beside the tree.
     commit = "unknown"
     if not dry_run and manifest and Path(manifest).is_file():
-        commit = json.loads(Path(manifest).read_text()).get("commit", "unknown")
+        sent = json.loads(Path(manifest).read_text())
+        commit = sent.get("describe", sent.get("commit", "unknown"))
+        # A tree changed after prep.sh is not that commit: say so, rather
+        # than record another commit's name on these results.
+        if sent.get("tree") and sent["tree"] != stages.tree_hash():
+            commit += "+changed-after-prep"
     if commit == "unknown":
         try:
             commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
