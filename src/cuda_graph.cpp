@@ -5,6 +5,7 @@
 #include <statickv/graph_runner.hpp>
 
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -214,24 +215,12 @@ double stream_seconds(const at::Device& device, const std::function<void()>& fn)
   const c10::cuda::CUDAGuard guard(device);
   const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
   stream.synchronize();
-  cudaEvent_t start = nullptr, stop = nullptr;
-  C10_CUDA_CHECK(cudaEventCreate(&start));
-  C10_CUDA_CHECK(cudaEventCreate(&stop));
-  float ms = 0;
-  try {
-    C10_CUDA_CHECK(cudaEventRecord(start, stream.stream()));
-    fn();
-    C10_CUDA_CHECK(cudaEventRecord(stop, stream.stream()));
-    C10_CUDA_CHECK(cudaEventSynchronize(stop));
-    C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  } catch (...) {
-    (void)cudaEventDestroy(start);
-    (void)cudaEventDestroy(stop);
-    throw;
-  }
-  C10_CUDA_CHECK(cudaEventDestroy(start));
-  C10_CUDA_CHECK(cudaEventDestroy(stop));
-  return static_cast<double>(ms) * 1e-3;
+  at::cuda::CUDAEvent start(cudaEventDefault), stop(cudaEventDefault);  // timing on
+  start.record(stream);
+  fn();
+  stop.record(stream);
+  stop.synchronize();
+  return static_cast<double>(start.elapsed_time(stop)) * 1e-3;
 }
 
 }  // namespace statickv::detail

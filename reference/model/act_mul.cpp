@@ -42,15 +42,9 @@ void act_mul_cpu(const ActMul& a) {
 
 }  // namespace detail
 
-namespace {
-
-at::Tensor unfused(const at::Tensor& gate_up, int64_t inter, Activation act) {
-  const at::Tensor gate = gate_up.narrow(-1, 0, inter);
-  const at::Tensor a = act == Activation::kGeluTanh ? at::gelu(gate, "tanh") : at::silu(gate);
-  return a.mul_(gate_up.narrow(-1, inter, inter));
+at::Tensor apply_activation(const at::Tensor& gate, Activation act) {
+  return act == Activation::kGeluTanh ? at::gelu(gate, "tanh") : at::silu(gate);
 }
-
-}  // namespace
 
 at::Tensor act_mul(const at::Tensor& gate_up, Activation act) {
   TORCH_CHECK(gate_up.dim() >= 1 && gate_up.size(-1) % 2 == 0,
@@ -61,7 +55,10 @@ at::Tensor act_mul(const at::Tensor& gate_up, Activation act) {
   const int64_t inter = gate_up.size(-1) / 2;
   RECORD_FUNCTION("statickv::act_mul", std::vector<c10::IValue>({gate_up}));
   // Note [kernel switches]: off, the two ops it replaces.
-  if (!kernel_enabled("act_mul")) return unfused(gate_up, inter, act);
+  if (!kernel_enabled("act_mul")) {
+    return apply_activation(gate_up.narrow(-1, 0, inter), act)
+        .mul_(gate_up.narrow(-1, inter, inter));
+  }
   detail::ActMul a;
   a.in = gate_up.reshape({-1, 2 * inter});
   if (a.in.stride(1) != 1 || (a.in.size(0) > 1 && a.in.stride(0) < 2 * inter)) {

@@ -3,6 +3,8 @@
 
 #include <statickv/reference/chained_decode.hpp>
 
+#include "decode_setup.hpp"
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
@@ -10,6 +12,10 @@
 namespace statickv::reference {
 
 namespace {
+
+// The positions a chain's cache holds: the prompt and its steps, at least
+// two (a capture's two warm-up steps run past the prompt too).
+int64_t chain_length(const ChainedOptions& o) { return o.prompt + std::max<int64_t>(o.steps, 2); }
 
 void check_options(const LlamaModel& model, const ChainedOptions& o) {
   TORCH_CHECK(o.batch >= 1, "batch: expected >= 1 but got ", o.batch);
@@ -19,9 +25,7 @@ void check_options(const LlamaModel& model, const ChainedOptions& o) {
               "path: expected plain or fused (resolve auto with LlamaModel::resolve_path) but got "
               "auto");
   const int64_t most = model.config().max_position_embeddings;
-  // A capture's two warm-up steps run past the prompt too.
-  const int64_t past = std::max<int64_t>(o.steps, 2);
-  TORCH_CHECK(o.prompt + past <= most, "prompt + steps: expected at most ", most,
+  TORCH_CHECK(chain_length(o) <= most, "prompt + steps: expected at most ", most,
               " (the model's max_position_embeddings; steps counts at least 2) but got ", o.prompt,
               " + ", o.steps);
 }
@@ -42,14 +46,8 @@ ChainedDecode::ChainedDecode(const LlamaModel& model, const ChainedOptions& opti
   c10::InferenceMode inference;
   const int64_t b = options_.batch, p = options_.prompt;
   const at::Device device = model.device();
-  // A capture's two warm-up steps run past the prompt too.
-  attend_ = p + std::max<int64_t>(options_.steps, 2);
-  const CacheConfig config = model.cache_config(b, attend_);
-  if (model.config().has_sliding()) {
-    cache_ = std::make_unique<HybridCache>(config);
-  } else {
-    cache_ = std::make_unique<StaticCache>(config);
-  }
+  attend_ = chain_length(options_);
+  cache_ = decode_cache(model, b, attend_);
   backend_ = std::make_unique<CacheBackend>(*cache_, AttentionKernel::kSdpa, options_.path);
   SamplingHeadOptions ho;
   ho.max_batch = b;
@@ -61,14 +59,7 @@ ChainedDecode::ChainedDecode(const LlamaModel& model, const ChainedOptions& opti
   const auto longs = at::TensorOptions().dtype(at::kLong);
   const at::Tensor ids = at::tensor(prompt_, longs).view({b, p}).to(device);
   const at::Tensor pos = at::arange(p, longs).expand({b, p}).contiguous().to(device);
-  const int64_t chunk = cache_->config().effective_max_chunk();
-  at::Tensor last;
-  for (int64_t first = 0; first < p; first += chunk) {
-    const int64_t len = std::min(chunk, p - first);
-    const bool end = first + len == p;
-    last = model.forward(ids.narrow(1, first, len), pos.narrow(1, first, len), *backend_, -1,
-                         end ? Logits::kLast : Logits::kNone);
-  }
+  const at::Tensor last = prefill_chunks(model, *cache_, *backend_, ids, pos, Logits::kLast);
   first_ids_ = at::empty({b, 1}, longs.device(device));
   ids_ = at::empty_like(first_ids_);
   positions_ = at::empty_like(first_ids_);

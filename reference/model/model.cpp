@@ -354,12 +354,8 @@ at::Tensor LlamaModel::attention(const Layer& layer, int64_t l, const at::Tensor
 // row-parallel.
 at::Tensor LlamaModel::mlp(const Layer& layer, const at::Tensor& g) const {
   const at::Tensor gate = project(g, layer.gate_proj);
-  return reduce(project(activation(gate).mul(project(g, layer.up_proj)), layer.down_proj));
-}
-
-// The family's gate activation: SiLU, or Gemma's tanh-approximated GELU.
-at::Tensor LlamaModel::activation(const at::Tensor& gate) const {
-  return config_.hidden_act == Activation::kGeluTanh ? at::gelu(gate, "tanh") : at::silu(gate);
+  return reduce(project(apply_activation(gate, config_.hidden_act).mul(project(g, layer.up_proj)),
+                        layer.down_proj));
 }
 
 // float32 logits over the whole vocabulary on every rank. The fused path

@@ -3,6 +3,8 @@
 
 #include <statickv/reference/step_count.hpp>
 
+#include "decode_setup.hpp"
+
 #include <algorithm>
 
 namespace statickv::reference {
@@ -25,20 +27,11 @@ DecodeStep::DecodeStep(const LlamaModel& model, DecodePath path, int64_t batch, 
   TORCH_CHECK(context >= 1, "context: expected >= 1 but got ", context);
   c10::InferenceMode inference;
   const at::Device device = model.device();
-  const CacheConfig config = model.cache_config(batch, context + 1);
-  if (model.config().has_sliding()) {
-    cache_ = std::make_unique<HybridCache>(config);
-  } else {
-    cache_ = std::make_unique<StaticCache>(config);
-  }
+  cache_ = decode_cache(model, batch, context + 1);
   backend_ = std::make_unique<CacheBackend>(*cache_, AttentionKernel::kSdpa, path);
   const int64_t vocab = model.config().vocab_size;
-  const int64_t chunk = cache_->config().effective_max_chunk();  // a ring's largest pass
-  for (int64_t first = 0; first < context; first += chunk) {
-    const int64_t len = std::min(chunk, context - first);
-    model.forward(counting(batch, len, first + 1, device).remainder(vocab),
-                  counting(batch, len, first, device), *backend_, -1, Logits::kNone);
-  }
+  prefill_chunks(model, *cache_, *backend_, counting(batch, context, 1, device).remainder(vocab),
+                 counting(batch, context, 0, device), Logits::kNone);
   ids_ = counting(batch, 1, 7, device).remainder(vocab);
   positions_ = counting(batch, 1, context, device);
   attend_ = context + 1;

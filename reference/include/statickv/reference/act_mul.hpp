@@ -20,4 +20,9 @@ namespace statickv::reference {
 /// bf16, its last dim contiguous.
 at::Tensor act_mul(const at::Tensor& gate_up, Activation act);
 
+/// The family's gate activation alone: SiLU, or GELU with the tanh
+/// approximation (LibTorch's ops; the plain path's, and act_mul's with its
+/// switch off).
+at::Tensor apply_activation(const at::Tensor& gate, Activation act);
+
 }  // namespace statickv::reference

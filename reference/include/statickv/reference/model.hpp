@@ -133,7 +133,6 @@ class LlamaModel {
   at::Tensor attention(const Layer& layer, int64_t l, const at::Tensor& h, const at::Tensor& cos,
                        const at::Tensor& sin, AttentionBackend& backend) const;
   at::Tensor mlp(const Layer& layer, const at::Tensor& g) const;
-  at::Tensor activation(const at::Tensor& gate) const;
   at::Tensor lm_head(const at::Tensor& x, bool fused) const;
   /// Sums a row-parallel projection's partial outputs over the ranks.
   at::Tensor reduce(at::Tensor partial) const;
