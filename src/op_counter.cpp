@@ -73,13 +73,18 @@ bool is_view_schema(const c10::FunctionSchema& schema) {
 
 OpKind classify(const at::RecordFunction& fn) {
   if (fn.scope() == at::RecordScope::USER_SCOPE) return OpKind::kRegion;
+  // Keyed by overload too: one name can be a kernel in one overload and a
+  // composite in another (aten::where.self, aten::where.ScalarOther), and
+  // whichever came first must not decide for the other.
   static thread_local std::unordered_map<std::string, OpKind> known;
   const std::string name = fn.name();
-  if (auto it = known.find(name); it != known.end()) return it->second;
+  const auto op_name = fn.operator_name();
+  const std::string key = op_name ? name + "." + op_name->overload_name : name;
+  if (auto it = known.find(key); it != known.end()) return it->second;
   OpKind kind = OpKind::kWork;  // statickv's kernels and unknown names do work
   if (is_alloc_or_metadata(name)) {
     kind = OpKind::kLeftOut;
-  } else if (const auto op_name = fn.operator_name()) {
+  } else if (op_name) {
     if (const auto op = c10::Dispatcher::singleton().findOp(*op_name)) {
       const bool composite =
           op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
@@ -92,7 +97,7 @@ OpKind classify(const at::RecordFunction& fn) {
       }
     }
   }
-  known.emplace(name, kind);
+  known.emplace(key, kind);
   return kind;
 }
 

@@ -17,6 +17,7 @@ checks=(
   "rotary_write:[cuda][rotary]"
   "fp32_logits:[cuda][fp32_logits]"
   "act_mul:[cuda][act_mul]"
+  "decode_prepare:[cuda][decode_prepare]"
 )
 : > "$off_file"
 failed=0

@@ -360,12 +360,12 @@ have "$B/statickv_bench_chained_decode" &&
 have "$B/statickv_bench_pick" &&
   stage pick 10 40 "$B/statickv_bench_pick" --device "$DEV" "${pick[@]}" --json "$RES/pick.json"
 # compute-sanitizer on the new kernels' tests at tiny shapes (the sampling
-# head's pick and its greedy grid, act_mul): memcheck, racecheck and synccheck,
+# head's pick and its greedy grid, act_mul, the decode prepare): memcheck, racecheck and synccheck,
 # with the caching allocator off so every out-of-bounds read lands outside
 # a cudaMalloc block. In a dry run the same filter runs without the
 # sanitizer (it exits 77 without a GPU: plumbing only).
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-new_kernels='[cuda][sampling]~[serving]~[speculative],[cuda][act_mul]'
+new_kernels='[cuda][sampling]~[serving]~[speculative],[cuda][act_mul],[cuda][decode_prepare]'
 if have "$BUILD/tests/cuda/statickv_cuda_tests"; then
   if ((dry)); then
     stage memcheck 10 30 "$BUILD/tests/cuda/statickv_cuda_tests" "$new_kernels"

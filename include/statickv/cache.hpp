@@ -264,8 +264,12 @@ class Cache {
   void check_mutable(const char* entry_point) const;
   void retire_plan();
   void begin_row_operation();
+  void plan_composed(StepPlan& step, const at::Tensor& pos, int64_t attend);
   void advance(StepPlan& step, const at::Tensor& sane, const std::vector<at::Tensor>& slots,
                int64_t attend);
+  bool fused_prepare_fits(const StepPlan& step) const;
+  void plan_fused(StepPlan& step, const at::Tensor& pos, int64_t attend);
+  std::shared_ptr<detail::LazyPlan> lazy_plan(const at::Tensor& sane, int64_t live_batch) const;
   StepPlan::GroupPlan plan_group(const LayerGroup& group, StepPlan& step, const at::Tensor& slots,
                                  int64_t attend) const;
 

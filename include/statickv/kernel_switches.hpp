@@ -24,6 +24,7 @@ inline const std::vector<std::string>& kernel_names() {
       "pick_grid",     // the fused CUDA pick's greedy rows over many blocks -> one block a row
       "fp32_logits",   // fused path's LM head straight to float32 (CUDA) -> GEMM, then a cast
       "act_mul",  // fused path's act(gate) * up (CPU and CUDA) -> the activation, then a multiply
+      "decode_prepare",  // prepare() of one query a row (CPU and CUDA) -> its ATen composition
   };
   return names;
 }

@@ -40,6 +40,12 @@ class LayerPolicy {
   /// Device arithmetic: the same mapping, elementwise, for sanitized positions.
   virtual at::Tensor slots_of(const at::Tensor& pos) const = 0;
 
+  /// For the fused decode prepare (Note [decode prepare]): the slot of a
+  /// sanitized position p >= 0 is p % slot_ring(), or p itself when it is 0;
+  /// -1 says the mapping is not of that form, and prepare() keeps to
+  /// slots_of() for the cache.
+  virtual int64_t slot_ring() const { return -1; }
+
   int64_t scratch_slot() const { return capacity(); }
   /// Slots per buffer row, scratch included.
   int64_t buffer_len() const { return capacity() + 1; }
@@ -64,6 +70,7 @@ class FullAttentionLayer final : public LayerPolicy {
     // buffer_len() keeps the latter and sends -1 to the scratch slot, in one op.
     return pos.remainder(buffer_len());
   }
+  int64_t slot_ring() const override { return 0; }
 
  private:
   int64_t max_len_;
@@ -93,6 +100,7 @@ class SlidingWindowLayer final : public LayerPolicy {
   at::Tensor slots_of(const at::Tensor& pos) const override {
     return at::where(pos.ge(0), pos.remainder(capacity_), scratch_slot());
   }
+  int64_t slot_ring() const override { return capacity_; }
 
  private:
   int64_t window_;

@@ -1,7 +1,8 @@
 // The host sampler: the filtered distribution of one set of settings on
-// the CPU, and a draw from a seeded CPU generator. Speculative
-// verification and draft models judge drafts with it; the sampling head
-// (sampling_head.cpp) picks every other token on the device.
+// the CPU, and a draw from a seeded CPU generator. No decode loop calls it:
+// the sampling head (sampling_head.cpp) picks and verifies every token on
+// the device. It is the oracle the head's tests hold its distribution to,
+// and statickv_bench_step's host baseline (a pick per row on the CPU).
 
 #include <statickv/reference/sampling.hpp>
 

@@ -412,3 +412,41 @@ TEST_CASE("a captured varlen decode step replays 120 steps with per-row lengths 
     REQUIRE(close(out.mul(real), masked.mul(real), tolerance(at::kBFloat16)));
   }
 }
+
+TEST_CASE("on CUDA, the fused decode prepare plans what the CPU composition plans",
+          "[cuda][decode_prepare][memcheck]") {
+  // Note [decode prepare]: the CUDA kernel against the CPU cache's ATen
+  // composition (eager masks keep it), over random decode steps with
+  // padding, positions past max_len and shared positions.
+  for (bool hybrid : {false, true}) {
+    ConfigBuilder gpu = gpu_config(/*max_batch=*/5, /*max_len=*/24, at::kFloat);
+    gpu.check_position_values(false);
+    if (hybrid) gpu.hybrid(/*window=*/4, /*chunk=*/2);
+    CacheConfig cpu_config = gpu;
+    cpu_config.device = at::kCPU;
+    cpu_config.eager_masks = true;
+    HybridCache fused(gpu), composed(cpu_config);
+    at::manual_seed(3);
+    int64_t mismatches = 0;
+    for (int64_t t = 0; t < 40; ++t) {
+      const int64_t b = 1 + t % 5;
+      at::Tensor pos = at::randint(-3, 30, {t % 7 == 0 ? 1 : b, 1}, at::TensorOptions(at::kLong));
+      if (t % 7 == 0) pos = pos.view({1});
+      const int64_t attend = t % 2 == 0 ? -1 : 24;
+      const StepPlan a = fused.prepare(pos.to(at::kCUDA), b, attend);
+      const StepPlan s = composed.prepare(pos, b, attend);
+      mismatches += !at::equal(fused.seq_lengths().cpu(), composed.seq_lengths());
+      for (int64_t l = 0; l < fused.num_layers(); ++l) {
+        mismatches += !at::equal(fused.slot_positions(l).cpu(), composed.slot_positions(l));
+        mismatches += !at::equal(a.write_slots(l).cpu(), s.write_slots(l));
+        mismatches += !at::equal(a.mask(l).cpu(), s.mask(l));
+        const at::Tensor kv = at::randn({b, 2, 1, 64});
+        const KV va = fused.update(l, kv.to(at::kCUDA), kv.to(at::kCUDA), a);
+        const KV vb = composed.update(l, kv, kv, s);
+        mismatches += !at::equal(va.keys.cpu(), vb.keys);
+      }
+    }
+    INFO((hybrid ? "hybrid" : "static") << " cache: " << mismatches << " mismatched tensors");
+    CHECK(mismatches == 0);
+  }
+}

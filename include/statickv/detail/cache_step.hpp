@@ -5,9 +5,11 @@
 // only.
 
 #include <statickv/cache.hpp>
+#include <statickv/detail/decode_prepare.hpp>
 #include <statickv/detail/prepare_fault.hpp>
 #include <statickv/detail/rows.hpp>
 #include <statickv/detail/storage.hpp>
+#include <statickv/kernel_switches.hpp>
 #include <statickv/mask.hpp>
 
 #include <ATen/ATen.h>
@@ -39,12 +41,27 @@ STATICKV_CACHE_FN StepPlan Cache::prepare(const at::Tensor& cache_position, int6
   step.attend_len_ = attend;
   step.per_row_ = cache_position.dim() == 2;
 
-  // [rows, q], rows = 1 (shared positions) or live_batch. Every token that
-  // must not be stored (padding, past max_len) becomes -1: it is written to
-  // the scratch slot and attends to nothing. (Note [step op count]: a
-  // decode step on a CPU is short enough that every op's fixed cost shows,
-  // so each line below does its work in as few ops as it can.)
+  // [rows, q], rows = 1 (shared positions) or live_batch.
   const at::Tensor pos = step.per_row_ ? cache_position : cache_position.unsqueeze(0);
+  if (fused_prepare_fits(step)) {
+    plan_fused(step, pos, attend);
+  } else {
+    plan_composed(step, pos, attend);
+  }
+  current_plan_ = step.lazy_;
+  // Only a step that fully succeeded makes earlier Steps stale.
+  generation_ = detail::next_generation();
+  step.generation_ = generation_;
+  storage_->begin_step(step);  // Note [host offload]: layer 0's copy-in overlaps the embedding
+  return step;
+}
+
+// The step in ATen ops. Every token that must not be stored (padding, past
+// max_len) becomes -1: it is written to the scratch slot and attends to
+// nothing. (Note [step op count]: a decode step on a CPU is short enough
+// that every op's fixed cost shows, so each line below does its work in as
+// few ops as it can.)
+STATICKV_CACHE_FN void Cache::plan_composed(StepPlan& step, const at::Tensor& pos, int64_t attend) {
   const at::Tensor sane = at::where(pos.lt(config_.max_len), pos, -1).clamp_min_(-1);
   std::vector<at::Tensor> slots;  // per group [rows, q]
   for (const LayerGroup& group : groups_) {
@@ -55,12 +72,83 @@ STATICKV_CACHE_FN StepPlan Cache::prepare(const at::Tensor& cache_position, int6
   detail::prepare_fault_point(detail::PreparePoint::kBeforeBookkeeping);
   retire_plan();
   advance(step, sane, slots, attend);
-  current_plan_ = step.lazy_;
-  // Only a step that fully succeeded makes earlier Steps stale.
-  generation_ = detail::next_generation();
-  step.generation_ = generation_;
-  storage_->begin_step(step);  // Note [host offload]: layer 0's copy-in overlaps the embedding
-  return step;
+}
+
+// Note [decode prepare]: a step of one query a row, on a cache whose layer
+// types map positions to slots by a remainder and which builds masks
+// lazily, is planned by one kernel (detail/decode_prepare.hpp) unless its
+// switch is off (Note [kernel switches]).
+STATICKV_CACHE_FN bool Cache::fused_prepare_fits(const StepPlan& step) const {
+  if (step.query_len_ != 1 || config_.eager_masks) return false;
+  if (groups_.size() > detail::kDecodePrepareGroups) return false;
+#ifndef STATICKV_HAS_CUDA
+  if (config_.device.is_cuda()) return false;
+#endif
+  if (!config_.device.is_cpu() && !config_.device.is_cuda()) return false;
+  for (const LayerGroup& group : groups_) {
+    if (group.policy->slot_ring() < 0) return false;
+  }
+  static const bool enabled = kernel_enabled("decode_prepare");
+  return enabled;
+}
+
+// Outputs are allocated and the plan is built before the one kernel that
+// writes the bookkeeping, so a failure before it leaves everything as it
+// was (Note [prepare is all or nothing]): here every fault point comes
+// before the write.
+STATICKV_CACHE_FN void Cache::plan_fused(StepPlan& step, const at::Tensor& pos, int64_t attend) {
+  const int64_t b = step.live_batch_;
+  const int64_t rows = pos.size(0);
+  detail::DecodePrepare p;
+  p.positions = pos;
+  p.sane = at::empty({rows, 1}, pos.options());
+  p.seq_lengths = seq_lengths_;
+  p.live_batch = b;
+  p.max_len = config_.max_len;
+  p.kv_heads = config_.num_kv_heads;
+  step.lazy_ = lazy_plan(p.sane, b);
+  for (const LayerGroup& group : groups_) {
+    const LayerPolicy& policy = *group.policy;
+    detail::DecodePrepareGroup d;
+    d.slot_positions = group.slot_positions;
+    d.slots = at::empty({rows, 1}, pos.options());
+    if (step.per_row_) d.flat_index = at::empty({b * config_.num_kv_heads}, pos.options());
+    d.seqused_k = at::empty({b}, pos.options().dtype(at::kInt));
+    d.ring = policy.slot_ring();
+    d.scratch = policy.scratch_slot();
+    d.view_len = policy.view_len(attend);
+    StepPlan::GroupPlan planned;
+    planned.view_len = d.view_len;
+    planned.slots = step.per_row_ ? d.slots : d.slots.view({1});
+    planned.flat_index = d.flat_index;
+    step.groups_.push_back(planned);
+    detail::LazyGroup lazy;
+    lazy.slot_positions = group.slot_positions;
+    lazy.view_len = d.view_len;
+    lazy.window = policy.window();
+    lazy.varlen.cum_seq_q = arange32_.narrow(0, 0, b + 1);
+    lazy.varlen.seqused_k = d.seqused_k;
+    lazy.varlen_built = true;
+    step.lazy_->groups.push_back(std::move(lazy));
+    p.groups.push_back(std::move(d));
+  }
+  detail::prepare_fault_point(detail::PreparePoint::kBeforeBookkeeping);
+  retire_plan();
+  detail::prepare_fault_point(detail::PreparePoint::kAfterSeqLengths);
+  detail::prepare_fault_point(detail::PreparePoint::kAfterSlotPositions);
+  detail::prepare_fault_point(detail::PreparePoint::kAfterMasks);
+  detail::decode_prepare(p);
+}
+
+// A step's lazily built parts, before any group's.
+STATICKV_CACHE_FN std::shared_ptr<detail::LazyPlan> Cache::lazy_plan(const at::Tensor& sane,
+                                                                     int64_t live_batch) const {
+  auto lazy = std::make_shared<detail::LazyPlan>();
+  lazy->sane = sane;
+  lazy->live_batch = live_batch;
+  lazy->values = mask_values_;
+  lazy->arange32 = arange32_;
+  return lazy;
 }
 
 STATICKV_CACHE_FN KV Cache::update(int64_t layer, const at::Tensor& key, const at::Tensor& value,
@@ -201,11 +289,7 @@ STATICKV_CACHE_FN void Cache::advance(StepPlan& step, const at::Tensor& sane,
       rows_pos.scatter_(1, index, shared ? sane.expand({b, step.query_len_}) : sane);
       detail::prepare_fault_point(detail::PreparePoint::kAfterSlotPositions);
     }
-    step.lazy_ = std::make_shared<detail::LazyPlan>();
-    step.lazy_->sane = sane;
-    step.lazy_->live_batch = b;
-    step.lazy_->values = mask_values_;
-    step.lazy_->arange32 = arange32_;
+    step.lazy_ = lazy_plan(sane, b);
     for (size_t g = 0; g < groups_.size(); ++g) {
       step.groups_.push_back(plan_group(groups_[g], step, slots[g], attend));
     }
