@@ -6,18 +6,15 @@
 #include "support.hpp"
 
 #include <statickv/detail/decode_prepare.hpp>
-#include <statickv/detail/prepare_fault.hpp>
 #include <statickv/kernel_switches.hpp>
 
 #include <random>
-#include <stdexcept>
 
 namespace {
 
 using namespace statickv;
 using statickv::test::ConfigBuilder;
 using statickv::test::positions;
-using statickv::test::Snapshot;
 
 constexpr int64_t kHeads = 2, kDim = 4;
 
@@ -121,31 +118,4 @@ TEST_CASE("a decode prepare() is one launch, and a step of more queries keeps th
   }
   CHECK(decode == 1);
   CHECK(chunk > 10);
-}
-
-TEST_CASE("a decode prepare() that fails before its kernel changes nothing",
-          "[cache][decode_prepare][prepare]") {
-  const statickv::detail::PreparePoint points[] = {
-      statickv::detail::PreparePoint::kBeforeBookkeeping,
-      statickv::detail::PreparePoint::kAfterSeqLengths,
-      statickv::detail::PreparePoint::kAfterSlotPositions,
-      statickv::detail::PreparePoint::kAfterMasks};
-  for (statickv::detail::PreparePoint point : points) {
-    for (bool per_row : {false, true}) {
-      INFO("fault point " << static_cast<int>(point) << ", per-row positions " << per_row);
-      HybridCache cache(decode_config(/*hybrid=*/true));
-      const StepPlan last = cache.prepare(positions(2, {0, 0}), 2);
-      const at::Tensor kv = at::randn({2, kHeads, 1, kDim});
-      for (int64_t l = 0; l < cache.num_layers(); ++l) cache.update(l, kv, kv, last);
-      const Snapshot before(cache);
-      statickv::detail::prepare_fault_hook() = [point](statickv::detail::PreparePoint at) {
-        if (at == point) throw std::runtime_error("injected fault");
-      };
-      CHECK_THROWS_WITH(cache.prepare(per_row ? positions(2, {1, -1}) : positions({1}), 2),
-                        "injected fault");
-      statickv::detail::prepare_fault_hook() = nullptr;
-      CHECK(before.same_as(cache));
-      for (int64_t l = 0; l < cache.num_layers(); ++l) CHECK_NOTHROW(cache.update(l, kv, kv, last));
-    }
-  }
 }

@@ -36,6 +36,12 @@ class FaultAt {
   FaultAt& operator=(const FaultAt&) = delete;
 };
 
+const statickv::detail::PreparePoint kPoints[] = {
+    statickv::detail::PreparePoint::kBeforeBookkeeping,
+    statickv::detail::PreparePoint::kAfterSeqLengths,
+    statickv::detail::PreparePoint::kAfterSlotPositions,
+    statickv::detail::PreparePoint::kAfterMasks};
+
 void write_step(Cache& cache, const StepPlan& step) {
   const at::Tensor k =
       at::randn({step.live_batch(), 2, step.query_len(), 4}, at::TensorOptions().dtype(at::kFloat));
@@ -48,12 +54,7 @@ void write_step(Cache& cache, const StepPlan& step) {
 
 TEST_CASE("a prepare() that throws at any point changes nothing and keeps the last StepPlan valid",
           "[cache][prepare]") {
-  const statickv::detail::PreparePoint points[] = {
-      statickv::detail::PreparePoint::kBeforeBookkeeping,
-      statickv::detail::PreparePoint::kAfterSeqLengths,
-      statickv::detail::PreparePoint::kAfterSlotPositions,
-      statickv::detail::PreparePoint::kAfterMasks};
-  for (statickv::detail::PreparePoint point : points) {
+  for (statickv::detail::PreparePoint point : kPoints) {
     for (bool per_row : {false, true}) {
       INFO("fault point " << static_cast<int>(point) << ", per-row positions " << per_row);
       HybridCache cache(hybrid_config());
@@ -72,6 +73,28 @@ TEST_CASE("a prepare() that throws at any point changes nothing and keeps the la
       const StepPlan after = cache.prepare(positions(2, {4, 5, 3, 4}), 2);
       CHECK_NOTHROW(write_step(cache, after));
       CHECK(at::equal(cache.seq_lengths(), positions({6, 5})));
+    }
+  }
+}
+
+// Note [decode prepare]: one query a row is planned by one kernel, the
+// step's only write; every fault point comes before it.
+TEST_CASE("a decode prepare() that fails at any point changes nothing",
+          "[cache][decode_prepare][prepare]") {
+  for (statickv::detail::PreparePoint point : kPoints) {
+    for (bool per_row : {false, true}) {
+      INFO("fault point " << static_cast<int>(point) << ", per-row positions " << per_row);
+      HybridCache cache(hybrid_config());
+      const StepPlan last = cache.prepare(positions(2, {0, 0}), 2);
+      write_step(cache, last);
+      const Snapshot before(cache);
+      {
+        FaultAt fault(point);
+        CHECK_THROWS_WITH(cache.prepare(per_row ? positions(2, {1, -1}) : positions({1}), 2),
+                          "injected fault");
+      }
+      CHECK(before.same_as(cache));
+      CHECK_NOTHROW(write_step(cache, last));
     }
   }
 }
