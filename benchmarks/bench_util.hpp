@@ -140,16 +140,16 @@ inline std::vector<Stats> rotated_rounds(size_t arms, int rounds,
 }
 
 // Flags, devices and dtypes: the programs' one parser (statickv/flags/flags.hpp).
-using apps::dtype_name;
-using apps::FlagError;
-using apps::Flags;
-using apps::parse_device;
-using apps::parse_dtype;
-using apps::parse_int_list;
+using flags::dtype_name;
+using flags::FlagError;
+using flags::Flags;
+using flags::parse_device;
+using flags::parse_dtype;
+using flags::parse_int_list;
 
 /// --threads N (statickv/flags/flags.hpp); apply with set_threads().
-inline void add_threads_flag(Flags& flags, int* threads) { flags.add_threads(threads); }
-using apps::set_threads;
+inline void add_threads_flag(flags::Flags& flags, int* threads) { flags.add_threads(threads); }
+using flags::set_threads;
 
 /// The attention stack the cache-only benchmarks time (Llama-3.2-1B's by default).
 struct StackShape {
@@ -157,7 +157,7 @@ struct StackShape {
 };
 
 /// --layers, --heads (unless `with_heads` is false), --kv-heads, --head-dim.
-inline void add_stack_flags(Flags& flags, StackShape* shape, bool with_heads = true) {
+inline void add_stack_flags(flags::Flags& flags, StackShape* shape, bool with_heads = true) {
   flags.add("--layers N", &shape->layers, "layers per step", /*min=*/1);
   if (with_heads) flags.add("--heads N", &shape->heads, "query heads", /*min=*/1);
   flags.add("--kv-heads N", &shape->kv_heads, "key/value heads", /*min=*/1);
@@ -167,21 +167,21 @@ inline void add_stack_flags(Flags& flags, StackShape* shape, bool with_heads = t
 /// Grouped-query attention needs whole groups: heads a multiple of kv-heads.
 inline void check_stack(const StackShape& shape) {
   if (shape.heads % shape.kv_heads != 0) {
-    throw FlagError(fmt::format("--heads: expected a multiple of --kv-heads={} but got {}",
-                                shape.kv_heads, shape.heads));
+    throw flags::FlagError(fmt::format("--heads: expected a multiple of --kv-heads={} but got {}",
+                                       shape.kv_heads, shape.heads));
   }
 }
 
 /// A decode step writes position `context`: it must lie in [1, max_len).
 inline void check_context(int64_t context, int64_t max_len) {
   if (context < 1 || context >= max_len) {
-    throw FlagError(
+    throw flags::FlagError(
         fmt::format("--context: expected a value in [1, max_len={}) but got {}", max_len, context));
   }
 }
 
 /// --json FILE (statickv/flags/flags.hpp): also write the results there.
-inline void add_json_flag(Flags& flags, std::string* path) {
+inline void add_json_flag(flags::Flags& flags, std::string* path) {
   flags.add_output_file("--json FILE", path, "also write the results as JSON to FILE");
 }
 

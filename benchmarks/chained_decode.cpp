@@ -56,15 +56,15 @@ struct Context {
 
 std::vector<Context> parse_contexts(const std::string& text) {
   std::vector<Context> out;
-  for (const std::string& item : apps::split_list(text)) {
+  for (const std::string& item : flags::split_list(text)) {
     const size_t plus = item.find('+');
-    const auto prompt = parse_int_list("--contexts", item.substr(0, plus), 1);
+    const auto prompt = flags::parse_int_list("--contexts", item.substr(0, plus), 1);
     const auto steps = plus == std::string::npos
                            ? std::vector<int64_t>{}
-                           : parse_int_list("--contexts", item.substr(plus + 1), 1);
+                           : flags::parse_int_list("--contexts", item.substr(plus + 1), 1);
     if (prompt.size() != 1 || steps.size() != 1) {
-      throw FlagError("--contexts: expected PROMPT+STEPS items such as 32+128 but got '" + item +
-                      "'");
+      throw flags::FlagError("--contexts: expected PROMPT+STEPS items such as 32+128 but got '" +
+                             item + "'");
     }
     out.push_back({prompt[0], steps[0]});
   }
@@ -73,10 +73,10 @@ std::vector<Context> parse_contexts(const std::string& text) {
 
 std::vector<DecodePath> parse_paths(const std::string& text) {
   std::vector<DecodePath> out;
-  for (const std::string& item : apps::split_list(text)) {
+  for (const std::string& item : flags::split_list(text)) {
     if (item != "plain" && item != "fused") {
-      throw FlagError("--paths: expected plain and/or fused, comma-separated, but got '" + item +
-                      "'");
+      throw flags::FlagError("--paths: expected plain and/or fused, comma-separated, but got '" +
+                             item + "'");
     }
     out.push_back(reference::parse_decode_path(item, "--paths"));
   }
@@ -85,14 +85,15 @@ std::vector<DecodePath> parse_paths(const std::string& text) {
 
 Options parse_options(int argc, char** argv) {
   Options o;
-  Flags flags("statickv_bench_chained_decode",
-              "the chained decode step: dependent steps, the pick inside, fed back on the device");
+  flags::Flags flags(
+      "statickv_bench_chained_decode",
+      "the chained decode step: dependent steps, the pick inside, fed back on the device");
   flags.add_device(&o.device);
   add_shape_flag(flags, &o.shape, "model shape (random weights)");
   flags.add("--checkpoint DIR", &o.checkpoint,
             "a checkpoint's weights instead of --shape's random ones (benchmarks/chained_arms.py "
             "steps every arm on one)");
-  add_dtype(flags, &o.dtype, at::kBFloat16);
+  flags::add_dtype(flags, &o.dtype, at::kBFloat16);
   flags.add("--batch LIST", &o.batches, "live rows per arm, comma-separated");
   flags.add("--contexts LIST", &o.contexts,
             "PROMPT+STEPS workloads, comma-separated (32+128: the anchor's)");
@@ -163,7 +164,7 @@ std::vector<Arm> make_arms(const Options& o, const reference::LlamaModel& model)
   sampling.top_p = o.top_p;
   sampling.top_k = o.top_k;
   for (const Context& c : parse_contexts(o.contexts)) {
-    for (int64_t b : parse_int_list("--batch", o.batches, 1)) {
+    for (int64_t b : flags::parse_int_list("--batch", o.batches, 1)) {
       for (DecodePath path : parse_paths(o.paths)) {
         reference::ChainedOptions co;
         co.path = path;
@@ -345,17 +346,18 @@ std::unique_ptr<reference::LlamaModel> load_model(const Options& o, at::ScalarTy
 
 int main(int argc, char** argv) try {
   const Options o = parse_options(argc, argv);
-  set_threads(o.threads);
+  flags::set_threads(o.threads);
   c10::InferenceMode inference;
-  const at::Device device = parse_device(o.device);
-  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kBFloat16);
+  const at::Device device = flags::parse_device(o.device);
+  const at::ScalarType dtype = flags::parse_dtype(o.dtype, device, at::kBFloat16);
   auto model = load_model(o, dtype, device);
   const reference::ModelConfig& mc = model->config();
   fmt::print(
       "statickv chained decode: {} ({} layers, hidden {}), {} on {}; {} CPU threads; kernels "
       "off: {}\n",
       o.checkpoint.empty() ? o.shape : o.checkpoint, mc.num_hidden_layers, mc.hidden_size,
-      dtype_name(dtype), device.str(), at::get_num_threads(), fmt::join(disabled_kernels(), ","));
+      flags::dtype_name(dtype), device.str(), at::get_num_threads(),
+      fmt::join(disabled_kernels(), ","));
   std::vector<Arm> arms = make_arms(o, *model);
   for (Arm& a : arms) count_step(a, device);
   fmt::print("{} rotated rounds, one chain per arm each; pick: {}\n", o.rounds,
@@ -370,7 +372,7 @@ int main(int argc, char** argv) try {
                                    {"command", command_line(argc, argv)},
                                    {"environment", environment(device)},
                                    {"shape", o.checkpoint.empty() ? o.shape : o.checkpoint},
-                                   {"dtype", dtype_name(dtype)},
+                                   {"dtype", flags::dtype_name(dtype)},
                                    {"rounds", o.rounds},
                                    {"temperature", o.temperature},
                                    {"disabled_kernels", disabled_kernels()},
@@ -380,5 +382,5 @@ int main(int argc, char** argv) try {
                                    {"inventory", kernels}}));
   return 0;
 } catch (...) {
-  return apps::fail("statickv_bench_chained_decode");
+  return flags::fail("statickv_bench_chained_decode");
 }

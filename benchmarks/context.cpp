@@ -240,10 +240,11 @@ RaggedResult measure_ragged(const Options& o, const at::Device& device, at::Scal
 // The command line; `contexts` gets the lengths to run.
 Options parse_options(int argc, char** argv, std::vector<int64_t>* contexts) {
   Options o;
-  Flags flags("statickv_bench_context", "decode-step cost vs context length, as ratios to ideal");
+  flags::Flags flags("statickv_bench_context",
+                     "decode-step cost vs context length, as ratios to ideal");
   flags.add_device(&o.device);
-  add_dtype(flags, &o.dtype, at::kHalf);
-  add_kv_dtype(flags, &o.kv_dtype);  // adds the attend-KV column
+  flags::add_dtype(flags, &o.dtype, at::kHalf);
+  apps::add_kv_dtype(flags, &o.kv_dtype);  // adds the attend-KV column
   add_stack_flags(flags, &o.stack);
   flags.add("--max-len N", &o.max_len, "cache capacity", /*min=*/2);
   flags.add("--contexts LIST", &o.contexts,
@@ -260,7 +261,7 @@ Options parse_options(int argc, char** argv, std::vector<int64_t>* contexts) {
     for (int64_t c = 128; c < o.max_len; c *= 2) contexts->push_back(c);
     contexts->push_back(o.max_len);
   } else {
-    *contexts = parse_int_list("--contexts", o.contexts, /*min=*/2, /*max=*/o.max_len);
+    *contexts = flags::parse_int_list("--contexts", o.contexts, /*min=*/2, /*max=*/o.max_len);
   }
   return o;
 }
@@ -401,7 +402,7 @@ void print_header(const Stack& s, bool graphs, const std::string& kv_name) {
   const Options& o = s.o;
   fmt::print(
       "statickv context length: {} layers, {} q / {} kv heads x {}, max_len {}, {} on {}{}\n", s.L,
-      o.stack.heads, o.stack.kv_heads, o.stack.head_dim, o.max_len, dtype_name(s.dtype),
+      o.stack.heads, o.stack.kv_heads, o.stack.head_dim, o.max_len, flags::dtype_name(s.dtype),
       s.device.str(), graphs ? " (graph replays)" : "");
   fmt::print("{} interleaved rounds x {} steps per variant and length, {} CPU threads\n\n",
              o.rounds, o.calls, at::get_num_threads());
@@ -548,7 +549,7 @@ Json result_json(const Stack& s, bool graphs, const Json& rows, const Totals& to
   return Json::object({{"benchmark", "context_length"},
                        {"command", command},
                        {"environment", environment(s.device)},
-                       {"dtype", dtype_name(s.dtype)},
+                       {"dtype", flags::dtype_name(s.dtype)},
                        {"layers", s.L},
                        {"heads", o.stack.heads},
                        {"kv_heads", o.stack.kv_heads},
@@ -572,12 +573,13 @@ Json result_json(const Stack& s, bool graphs, const Json& rows, const Totals& to
 int main(int argc, char** argv) try {
   std::vector<int64_t> contexts;
   const Options o = parse_options(argc, argv, &contexts);
-  set_threads(o.threads);
+  flags::set_threads(o.threads);
   c10::InferenceMode inference;  // as inference code runs: no autograd bookkeeping per op
-  const at::Device device = parse_device(o.device);
-  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kHalf);
+  const at::Device device = flags::parse_device(o.device);
+  const at::ScalarType dtype = flags::parse_dtype(o.dtype, device, at::kHalf);
   if (o.graphs && !device.is_cuda()) {
-    throw FlagError("--graphs: expected a CUDA device (--device cuda) but got " + device.str());
+    throw flags::FlagError("--graphs: expected a CUDA device (--device cuda) but got " +
+                           device.str());
   }
   const bool graphs = o.graphs;
 
@@ -598,5 +600,5 @@ int main(int argc, char** argv) try {
              result_json(s, graphs, rows, totals, ragged, kernels, command_line(argc, argv)));
   return 0;
 } catch (...) {
-  return apps::fail("statickv_bench_context");
+  return flags::fail("statickv_bench_context");
 }

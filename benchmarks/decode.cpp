@@ -35,9 +35,10 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  Flags flags("statickv_bench_decode", "decode-step cost, batch-prefix and attend_len ratios");
+  flags::Flags flags("statickv_bench_decode",
+                     "decode-step cost, batch-prefix and attend_len ratios");
   flags.add_device(&o.device);
-  add_dtype(flags, &o.dtype, at::kHalf);
+  flags::add_dtype(flags, &o.dtype, at::kHalf);
   add_stack_flags(flags, &o.stack);
   flags.add("--context N", &o.context, "tokens already cached when the step runs", /*min=*/1);
   flags.add("--max-len N", &o.max_len, "cache capacity", /*min=*/2);
@@ -107,10 +108,10 @@ void print_results(const std::vector<Variant>& variants, const std::vector<Stats
 
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
-  set_threads(o.threads);
+  flags::set_threads(o.threads);
   c10::InferenceMode inference;  // as inference code runs: no autograd bookkeeping per op
-  const at::Device device = parse_device(o.device);
-  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kHalf);
+  const at::Device device = flags::parse_device(o.device);
+  const at::ScalarType dtype = flags::parse_dtype(o.dtype, device, at::kHalf);
   const StackShape& shape = o.stack;
   const auto opts = at::TensorOptions().dtype(dtype).device(device);
 
@@ -142,7 +143,7 @@ int main(int argc, char** argv) try {
       "statickv decode step: {} layers, {} q / {} kv heads x {}, context {}, max_len {}, {} on "
       "{}\n",
       shape.layers, shape.heads, shape.kv_heads, shape.head_dim, o.context, o.max_len,
-      dtype_name(dtype), device.str());
+      flags::dtype_name(dtype), device.str());
   fmt::print("{} interleaved rounds x {} steps per variant, {} CPU threads\n\n", o.rounds, o.calls,
              at::get_num_threads());
   const std::vector<Stats> stats =
@@ -159,7 +160,7 @@ int main(int argc, char** argv) try {
   write_json(o.json, Json::object({{"benchmark", "decode_step"},
                                    {"command", command_line(argc, argv)},
                                    {"environment", environment(device)},
-                                   {"dtype", dtype_name(dtype)},
+                                   {"dtype", flags::dtype_name(dtype)},
                                    {"layers", shape.layers},
                                    {"heads", shape.heads},
                                    {"kv_heads", shape.kv_heads},
@@ -173,5 +174,5 @@ int main(int argc, char** argv) try {
                                    {"full_len_ratio", to_json(full_stats)}}));
   return 0;
 } catch (...) {
-  return apps::fail("statickv_bench_decode");
+  return flags::fail("statickv_bench_decode");
 }

@@ -29,7 +29,7 @@ struct Pattern {
 int main(int argc, char** argv) try {
   int64_t max_len = 32768, max_batch = 1, max_chunk = 0;
   std::string json_path;
-  Flags flags("statickv_bench_memory", "cache bytes, hybrid vs all-full");
+  flags::Flags flags("statickv_bench_memory", "cache bytes, hybrid vs all-full");
   flags.add("--max-len N", &max_len, "positions per row", /*min=*/1);
   flags.add("--max-batch N", &max_batch, "rows", /*min=*/1);
   flags.add("--max-chunk N", &max_chunk,
@@ -38,7 +38,7 @@ int main(int argc, char** argv) try {
   add_json_flag(flags, &json_path);
   flags.parse(argc, argv);
   if (max_chunk > max_len) {
-    throw FlagError(
+    throw flags::FlagError(
         fmt::format("--max-chunk: expected at most max_len={} but got {}", max_len, max_chunk));
   }
   if (max_chunk == 0) max_chunk = std::min<int64_t>(512, max_len);
@@ -88,5 +88,5 @@ int main(int argc, char** argv) try {
                                       {"patterns", rows}}));
   return 0;
 } catch (...) {
-  return apps::fail("statickv_bench_memory");
+  return flags::fail("statickv_bench_memory");
 }

@@ -79,12 +79,12 @@ Json count_kernels(const reference::LlamaModel&, Subject&, const at::Tensor&, co
 
 Options parse_options(int argc, char** argv) {
   Options o;
-  Flags flags("statickv_bench_model",
-              "reference-model decode step: batch prefix, eager vs graphs, bandwidth");
+  flags::Flags flags("statickv_bench_model",
+                     "reference-model decode step: batch prefix, eager vs graphs, bandwidth");
   flags.add_device(&o.device);
   add_shape_flag(flags, &o.shape, "model shape (random weights)");
-  add_dtype(flags, &o.dtype, at::kBFloat16);
-  add_kv_dtype(flags, &o.kv_dtype);  // adds the quantized 1/1 variants, side by side
+  flags::add_dtype(flags, &o.dtype, at::kBFloat16);
+  apps::add_kv_dtype(flags, &o.kv_dtype);  // adds the quantized 1/1 variants, side by side
   flags.add("--context N", &o.context, "tokens cached before the step", /*min=*/1);
   flags.add("--max-len N", &o.max_len, "cache capacity", /*min=*/2);
   flags.add("--max-batch N", &o.max_batch, "rows of the large cache", /*min=*/1);
@@ -169,7 +169,7 @@ void print_model(const Options& o, const reference::LlamaModel& model, at::Scala
   fmt::print(
       "statickv model decode: {} ({} layers, hidden {}, {} q / {} kv heads x {}), {} on {}\n",
       o.shape, mc.num_hidden_layers, mc.hidden_size, mc.num_attention_heads, mc.num_key_value_heads,
-      mc.head_dim, dtype_name(dtype), device.str());
+      mc.head_dim, flags::dtype_name(dtype), device.str());
   fmt::print("context {}, max_len {}, {} CPU threads; model built in {:.1f} s\n", o.context,
              o.max_len, at::get_num_threads(), seconds_since(load_start, device));
 }
@@ -288,10 +288,10 @@ void kv_ratios(const Options& o, const Subject& small, const Subject& small_kv, 
 
 int main(int argc, char** argv) try {
   const Options o = parse_options(argc, argv);
-  set_threads(o.threads);
+  flags::set_threads(o.threads);
   c10::InferenceMode inference;  // as inference code runs: no autograd bookkeeping per op
-  const at::Device device = parse_device(o.device);
-  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kBFloat16);
+  const at::Device device = flags::parse_device(o.device);
+  const at::ScalarType dtype = flags::parse_dtype(o.dtype, device, at::kBFloat16);
   const bool graphs = device.is_cuda() && !o.no_graphs;
 
   const auto load_start = Clock::now();
@@ -343,7 +343,7 @@ int main(int argc, char** argv) try {
                                    {"command", command_line(argc, argv)},
                                    {"environment", environment(device)},
                                    {"shape", o.shape},
-                                   {"dtype", dtype_name(dtype)},
+                                   {"dtype", flags::dtype_name(dtype)},
                                    {"context", o.context},
                                    {"max_len", o.max_len},
                                    {"max_batch", o.max_batch},
@@ -355,5 +355,5 @@ int main(int argc, char** argv) try {
                                    {"ratios", ratios}}));
   return 0;
 } catch (...) {
-  return apps::fail("statickv_bench_model");
+  return flags::fail("statickv_bench_model");
 }

@@ -48,11 +48,12 @@ std::vector<Cell> parse_cells(const std::string& text) {
       c = Cell{};  // refused below
     }
     if (c.batch < 1 || c.context < 1) {
-      throw FlagError("--cells: expected BATCHxCONTEXT items like 1x4096 but got '" + item + "'");
+      throw flags::FlagError("--cells: expected BATCHxCONTEXT items like 1x4096 but got '" + item +
+                             "'");
     }
     cells.push_back(c);
   }
-  if (cells.empty()) throw FlagError("--cells: expected at least one BATCHxCONTEXT item");
+  if (cells.empty()) throw flags::FlagError("--cells: expected at least one BATCHxCONTEXT item");
   return cells;
 }
 
@@ -180,13 +181,13 @@ Json run_cell(const reference::LlamaModel& model, const Cell& cell, const Link& 
 
 int main(int argc, char** argv) try {
   Options o;
-  Flags flags("statickv_bench_offload",
-              "decode with the KV cache offloaded to host memory against the device cache");
+  flags::Flags flags("statickv_bench_offload",
+                     "decode with the KV cache offloaded to host memory against the device cache");
   flags.add_device(&o.device);
   add_shape_flag(flags, &o.shape,
                  "model shape, random weights (default: llama-3.1-8b on cuda, "
                  "small on cpu)");
-  add_dtype(flags, &o.dtype, at::kBFloat16);
+  flags::add_dtype(flags, &o.dtype, at::kBFloat16);
   flags.add("--cells L", &o.cells,
             "batch x context cells, e.g. 1x4096,16x8192 (default: the 8B sweep on cuda: batch 1 "
             "at 4k..128k, batch 16 at 4k..16k; 1x256,1x1024,4x512 on cpu)");
@@ -196,10 +197,10 @@ int main(int argc, char** argv) try {
   add_threads_flag(flags, &o.threads);
   add_json_flag(flags, &o.json);
   flags.parse(argc, argv);
-  set_threads(o.threads);
+  flags::set_threads(o.threads);
   c10::InferenceMode inference;
-  const at::Device device = parse_device(o.device);
-  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kBFloat16);
+  const at::Device device = flags::parse_device(o.device);
+  const at::ScalarType dtype = flags::parse_dtype(o.dtype, device, at::kBFloat16);
   const std::string shape = !o.shape.empty()   ? o.shape
                             : device.is_cuda() ? "llama-3.1-8b"
                                                : "small";
@@ -210,8 +211,8 @@ int main(int argc, char** argv) try {
   fmt::print(
       "statickv offload decode: {} {} on {}, {}; link: host-to-device {:.1f} GB/s, "
       "device-to-host {:.1f} GB/s ({})\n",
-      shape, dtype_name(dtype), device.str(), graphs ? "CUDA graphs" : "eager", link.h2d / 1e9,
-      link.d2h / 1e9, device.is_cuda() ? "pinned, plain copy" : "host copy");
+      shape, flags::dtype_name(dtype), device.str(), graphs ? "CUDA graphs" : "eager",
+      link.h2d / 1e9, link.d2h / 1e9, device.is_cuda() ? "pinned, plain copy" : "host copy");
   auto model = device.is_cuda() ? device_random_model(shape, dtype, device)
                                 : random_model(shape, dtype, device);
   fmt::print("{:>5} {:>7} {:>10} {:>10}  {:<24} {:>9} {:>9} {:>9} {:>8} {:>9}\n", "batch",
@@ -223,12 +224,12 @@ int main(int argc, char** argv) try {
                                    {"command", command_line(argc, argv)},
                                    {"environment", environment(device)},
                                    {"shape", shape},
-                                   {"dtype", dtype_name(dtype)},
+                                   {"dtype", flags::dtype_name(dtype)},
                                    {"graphs", graphs},
                                    {"link_h2d_Bps", link.h2d},
                                    {"link_d2h_Bps", link.d2h},
                                    {"cells", rows}}));
   return 0;
 } catch (...) {
-  return apps::fail("statickv_bench_offload");
+  return flags::fail("statickv_bench_offload");
 }

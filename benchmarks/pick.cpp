@@ -110,7 +110,8 @@ double time_arm(Arm& a, const Options& o, const at::Device& device) {
 
 Options parse_options(int argc, char** argv) {
   Options o;
-  Flags flags("statickv_bench_pick", "the sampling head's pick alone: fused against composition");
+  flags::Flags flags("statickv_bench_pick",
+                     "the sampling head's pick alone: fused against composition");
   flags.add_device(&o.device);
   flags.add("--vocab N", &o.vocab, "vocabulary (128256: Llama 3's)", /*min=*/2);
   flags.add("--batch LIST", &o.batches, "rows per pick, comma-separated");
@@ -126,11 +127,11 @@ Options parse_options(int argc, char** argv) {
 
 int main(int argc, char** argv) try {
   const Options o = parse_options(argc, argv);
-  set_threads(o.threads);
+  flags::set_threads(o.threads);
   c10::InferenceMode inference;
-  const at::Device device = parse_device(o.device);
+  const at::Device device = flags::parse_device(o.device);
   std::vector<Arm> arms;
-  for (int64_t b : parse_int_list("--batch", o.batches, 1)) {
+  for (int64_t b : flags::parse_int_list("--batch", o.batches, 1)) {
     for (size_t s = 0; s < settings().size(); ++s) {
       for (bool fused : {true, false}) arms.push_back(make_arm(o, b, s, fused, device));
     }
@@ -166,5 +167,5 @@ int main(int argc, char** argv) try {
                                    {"arms", rows}}));
   return 0;
 } catch (...) {
-  return apps::fail("statickv_bench_pick");
+  return flags::fail("statickv_bench_pick");
 }

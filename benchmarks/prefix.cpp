@@ -46,15 +46,16 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  Flags flags("statickv_bench_prefix",
-              "the Scheduler's prefix cache on and off: a shared system prompt and multi-turn "
-              "chats");
+  flags::Flags flags(
+      "statickv_bench_prefix",
+      "the Scheduler's prefix cache on and off: a shared system prompt and multi-turn "
+      "chats");
   flags.add("--checkpoint DIR", &o.checkpoint,
             "a Hugging Face checkpoint (SmolLM2 from "
             "tools/smollm2/convert.py); default: --shape");
   add_shape_flag(flags, &o.shape, "model shape without --checkpoint, random weights");
   flags.add_device(&o.device);
-  add_dtype(flags, &o.dtype, at::kBFloat16);
+  flags::add_dtype(flags, &o.dtype, at::kBFloat16);
   flags.add("--requests N", &o.requests, "system workload: requests", /*min=*/1);
   flags.add("--system N", &o.system, "system workload: system prompt tokens", /*min=*/1);
   flags.add("--users N", &o.users, "chat workload: users", /*min=*/1);
@@ -199,7 +200,7 @@ Chat chat_workload(const Options& o, int64_t vocab) {
 
 struct ModeResult {
   Summary summary;
-  reference::EngineStats stats;
+  reference::SchedulerStats stats;
   std::map<std::string, Served> served;
 };
 
@@ -252,7 +253,7 @@ Json workload(const char* name, const reference::LlamaModel& model, const Option
              "ttft p50ms", "ttft p99ms", "tok p50 ms", "tok p99 ms");
   print_row("cache off", off.summary);
   print_row("cache on", on.summary);
-  const reference::EngineStats& s = on.stats;
+  const reference::SchedulerStats& s = on.stats;
   fmt::print(
       "ttft p50 off / on {:.2f}x, p99 {:.2f}x, throughput on / off {:.2f}x; identical tokens "
       "{}/{}; occupancy off {:.3f}, on {:.3f}; pool: {} hits, {} tokens reused, {} entries, "
@@ -278,16 +279,16 @@ std::unique_ptr<reference::LlamaModel> load_model(const Options& o, at::ScalarTy
 
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
-  set_threads(o.threads);
-  const at::Device device = parse_device(o.device);
-  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kBFloat16);
+  flags::set_threads(o.threads);
+  const at::Device device = flags::parse_device(o.device);
+  const at::ScalarType dtype = flags::parse_dtype(o.dtype, device, at::kBFloat16);
   const auto model = load_model(o, dtype, device);
   const int64_t vocab = model->config().vocab_size;
   fmt::print(
       "statickv_bench_prefix: {} ({}) on {}, max_batch {}, max_len {}, prefill chunk {}, {} new "
       "tokens a request, {} requests/s\n",
-      o.checkpoint.empty() ? o.shape : o.checkpoint, dtype_name(dtype), device.str(), o.max_batch,
-      o.max_len, o.prefill_chunk, o.new_tokens, o.rate);
+      o.checkpoint.empty() ? o.shape : o.checkpoint, flags::dtype_name(dtype), device.str(),
+      o.max_batch, o.max_len, o.prefill_chunk, o.new_tokens, o.rate);
   const Json system = workload(
       "system prompt", *model, o, [&] { return system_workload(o, vocab); },
       [](const reference::Completion&) { return std::optional<reference::Request>(); });
@@ -302,5 +303,5 @@ int main(int argc, char** argv) try {
                                    {"chat", chats}}));
   return 0;
 } catch (...) {
-  return apps::fail("statickv_bench_prefix");
+  return flags::fail("statickv_bench_prefix");
 }

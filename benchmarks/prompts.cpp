@@ -44,11 +44,11 @@ struct PassTimes {
 
 Options parse_options(int argc, char** argv) {
   Options o;
-  Flags flags("statickv_bench_prompts",
-              "new prompt lengths: bucketed graphs vs capture per length vs eager");
+  flags::Flags flags("statickv_bench_prompts",
+                     "new prompt lengths: bucketed graphs vs capture per length vs eager");
   flags.add_device(&o.device);
   add_shape_flag(flags, &o.shape, "model shape (default: small on cpu, llama-3.2-1b on cuda)");
-  add_dtype(flags, &o.dtype, at::kBFloat16);
+  flags::add_dtype(flags, &o.dtype, at::kBFloat16);
   flags.add("--max-len N", &o.max_len,
             "longest prompt and cache capacity, >= 2 (default 0: 256 on cpu, 2048 on cuda)",
             /*min=*/0);
@@ -58,7 +58,8 @@ Options parse_options(int argc, char** argv) {
   add_threads_flag(flags, &o.threads);
   add_json_flag(flags, &o.json);
   flags.parse(argc, argv);
-  if (o.max_len == 1) throw FlagError("--max-len: expected 0 (the default) or >= 2 but got 1");
+  if (o.max_len == 1)
+    throw flags::FlagError("--max-len: expected 0 (the default) or >= 2 but got 1");
   return o;
 }
 
@@ -180,11 +181,11 @@ Json report_modes(const std::vector<ServeMode>& modes, const std::vector<PassTim
 
 int main(int argc, char** argv) try {
   const Options o = parse_options(argc, argv);
-  set_threads(o.threads);
-  const at::Device device = parse_device(o.device);
+  flags::set_threads(o.threads);
+  const at::Device device = flags::parse_device(o.device);
   const bool cuda = device.is_cuda();
   const std::string shape = o.shape.empty() ? (cuda ? "llama-3.2-1b" : "small") : o.shape;
-  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kBFloat16);
+  const at::ScalarType dtype = flags::parse_dtype(o.dtype, device, at::kBFloat16);
   const int64_t max_len = o.max_len > 0 ? o.max_len : (cuda ? 2048 : 256);
 
   auto model = random_model(shape, dtype, device, static_cast<uint64_t>(o.seed));
@@ -194,8 +195,8 @@ int main(int argc, char** argv) try {
   const std::vector<int64_t> distinct = distinct_lengths(prompts, &tokens);
 
   fmt::print("statickv prompt lengths: {} ({} layers, hidden {}), {} on {}\n", shape,
-             model->config().num_hidden_layers, model->config().hidden_size, dtype_name(dtype),
-             device.str());
+             model->config().num_hidden_layers, model->config().hidden_size,
+             flags::dtype_name(dtype), device.str());
   fmt::print(
       "{} prompts, lengths in [1, {}) ({} distinct, {} tokens), {} repetitions, {} CPU "
       "threads{}\n",
@@ -241,7 +242,7 @@ int main(int argc, char** argv) try {
            {"command", command_line(argc, argv)},
            {"environment", environment(device)},
            {"shape", shape},
-           {"dtype", dtype_name(dtype)},
+           {"dtype", flags::dtype_name(dtype)},
            {"max_len", max_len},
            {"prompts", o.prompts},
            {"distinct_lengths", distinct.size()},
@@ -258,5 +259,5 @@ int main(int argc, char** argv) try {
                                                          {"of", tokens_of[2].size()}})}}));
   return 0;
 } catch (...) {
-  return apps::fail("statickv_bench_prompts");
+  return flags::fail("statickv_bench_prompts");
 }

@@ -47,11 +47,11 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  Flags flags("statickv_bench_serving",
-              "continuous batching (Scheduler) vs static batching (Generator) on one trace");
+  flags::Flags flags("statickv_bench_serving",
+                     "continuous batching (Scheduler) vs static batching (Generator) on one trace");
   add_shape_flag(flags, &o.shape, "model shape, random weights (default small)");
   flags.add_device(&o.device);
-  add_dtype(flags, &o.dtype, at::kBFloat16);
+  flags::add_dtype(flags, &o.dtype, at::kBFloat16);
   flags.add("--requests N", &o.requests, "requests in the trace", /*min=*/1);
   flags.add("--rate R", &o.rate, "mean arrivals per second (Poisson; 0 = all at once)",
             /*min=*/0.0);
@@ -76,10 +76,10 @@ Options parse(int argc, char** argv) {
             "also write the trace as JSON (arrival_s, prompt, max_new_tokens per request), for "
             "benchmarks/hf_serving.py");
   flags.parse(argc, argv);
-  if (o.max_prompt < o.min_prompt) throw FlagError("--max-prompt: expected >= --min-prompt");
-  if (o.max_new < o.min_new) throw FlagError("--max-new: expected >= --min-new");
+  if (o.max_prompt < o.min_prompt) throw flags::FlagError("--max-prompt: expected >= --min-prompt");
+  if (o.max_new < o.min_new) throw flags::FlagError("--max-new: expected >= --min-new");
   if (o.max_prompt + o.max_new > o.max_len) {
-    throw FlagError(
+    throw flags::FlagError(
         fmt::format("--max-len: expected at least --max-prompt + --max-new = {} but "
                     "got {}",
                     o.max_prompt + o.max_new, o.max_len));
@@ -198,9 +198,9 @@ void write_trace(const std::string& path, const std::vector<reference::TraceRequ
 
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
-  set_threads(o.threads);
-  const at::Device device = parse_device(o.device);
-  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kBFloat16);
+  flags::set_threads(o.threads);
+  const at::Device device = flags::parse_device(o.device);
+  const at::ScalarType dtype = flags::parse_dtype(o.dtype, device, at::kBFloat16);
   const auto model = random_model(o.shape, dtype, device, static_cast<uint64_t>(o.seed));
   reference::TraceOptions t;
   t.requests = o.requests;
@@ -238,13 +238,13 @@ int main(int argc, char** argv) try {
   int64_t identical = 0;
   for (size_t i = 0; i < trace.size(); ++i) identical += continuous[i].tokens == batched[i].tokens;
   const Summary c = summarize(continuous, tokens), s = summarize(batched, tokens);
-  const reference::EngineStats es = engine.stats();
+  const reference::SchedulerStats es = engine.stats();
 
   fmt::print(
       "statickv_bench_serving: {} ({}) on {}, {} requests at {} req/s, prompts {}..{}, new "
       "{}..{} tokens ({} in all), max_batch {}\n",
-      o.shape, dtype_name(dtype), device.str(), o.requests, o.rate, o.min_prompt, o.max_prompt,
-      o.min_new, o.max_new, tokens, o.max_batch);
+      o.shape, flags::dtype_name(dtype), device.str(), o.requests, o.rate, o.min_prompt,
+      o.max_prompt, o.min_new, o.max_new, tokens, o.max_batch);
   fmt::print("{:<12} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12}\n", "", "tokens/s", "makespan s",
              "ttft p50ms", "ttft p99ms", "tok p50 ms", "tok p99 ms");
   print_row("continuous", c);
@@ -268,5 +268,5 @@ int main(int argc, char** argv) try {
                                    {"padded_fraction", es.padded_fraction()}}));
   return 0;
 } catch (...) {
-  return apps::fail("statickv_bench_serving");
+  return flags::fail("statickv_bench_serving");
 }

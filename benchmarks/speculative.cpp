@@ -42,14 +42,14 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  Flags flags("statickv_bench_speculative",
-              "speculative decoding (prompt lookup, draft model) vs plain greedy decoding");
+  flags::Flags flags("statickv_bench_speculative",
+                     "speculative decoding (prompt lookup, draft model) vs plain greedy decoding");
   flags.add("--checkpoint DIR", &o.checkpoint,
             "SmolLM2 checkpoint with tokenizer.json and its chat template: repeat-the-passage "
             "prompts (default: --shape with random weights)");
   add_shape_flag(flags, &o.shape, "model shape without --checkpoint, random weights");
   flags.add_device(&o.device);
-  add_dtype(flags, &o.dtype, at::kBFloat16);
+  flags::add_dtype(flags, &o.dtype, at::kBFloat16);
   flags.add("--max-new N", &o.max_new, "most new tokens per prompt", /*min=*/2);
   flags.add("--rounds N", &o.rounds, "rounds, every variant once per round", /*min=*/1);
   flags.add("--seed N", &o.seed, "random weights and prompts", /*min=*/0);
@@ -81,7 +81,7 @@ std::vector<std::vector<int64_t>> copy_prompts(const std::string& dir) {
   }
   return out;
 #else
-  throw FlagError("--checkpoint: expected a build with statickv::tokenizer (" + dir + ")");
+  throw flags::FlagError("--checkpoint: expected a build with statickv::tokenizer (" + dir + ")");
 #endif
 }
 
@@ -179,9 +179,9 @@ void report(const std::vector<Arm>& arms, const Options& o, const std::string& w
 
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
-  apps::set_threads(o.threads);
-  const at::Device device = parse_device(o.device);
-  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kBFloat16);
+  flags::set_threads(o.threads);
+  const at::Device device = flags::parse_device(o.device);
+  const at::ScalarType dtype = flags::parse_dtype(o.dtype, device, at::kBFloat16);
   c10::InferenceMode inference;
   std::unique_ptr<reference::LlamaModel> model;
   std::vector<std::vector<int64_t>> prompts;
@@ -215,5 +215,5 @@ int main(int argc, char** argv) try {
   report(arms, o, workload, device, argc, argv);
   return 0;
 } catch (...) {
-  return apps::fail("statickv_bench_speculative");
+  return flags::fail("statickv_bench_speculative");
 }

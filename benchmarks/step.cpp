@@ -74,11 +74,11 @@ Subject subject_of(const std::string& spec, at::ScalarType dtype, const at::Devi
   if (std::find(names.begin(), names.end(), name) == names.end()) {
     std::string known;
     for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
-    throw FlagError("--shape: expected names of " + known +
-                    " (each NAME or NAME:LAYERS) but got '" + spec + "'");
+    throw flags::FlagError("--shape: expected names of " + known +
+                           " (each NAME or NAME:LAYERS) but got '" + spec + "'");
   }
   if (colon == std::string::npos) return random_subject(name, 0, dtype, device);
-  const std::vector<int64_t> layers = parse_int_list("--shape", spec.substr(colon + 1), 1);
+  const std::vector<int64_t> layers = flags::parse_int_list("--shape", spec.substr(colon + 1), 1);
   return random_subject(name, layers.front(), dtype, device);
 }
 
@@ -266,10 +266,10 @@ Json time_head(const Subject& s, const std::vector<int64_t>& batches, const Opti
 
 int main(int argc, char** argv) try {
   Options o;
-  Flags flags("statickv_bench_step",
-              "one decode step counted (launches, host copies, syncs), plain and fused");
+  flags::Flags flags("statickv_bench_step",
+                     "one decode step counted (launches, host copies, syncs), plain and fused");
   flags.add_device(&o.device);
-  add_dtype(flags, &o.dtype, at::kBFloat16);  // bf16 on the CPU too (see below)
+  flags::add_dtype(flags, &o.dtype, at::kBFloat16);  // bf16 on the CPU too (see below)
   flags.add("--shape LIST", &o.shapes,
             "comma-separated named shapes, each NAME or NAME:LAYERS (random weights; default "
             "llama-3.2-1b:2,gemma3-270m)");
@@ -283,11 +283,12 @@ int main(int argc, char** argv) try {
   add_threads_flag(flags, &o.threads);
   add_json_flag(flags, &o.json);
   flags.parse(argc, argv);
-  set_threads(o.threads);
-  const at::Device device = parse_device(o.device);
+  flags::set_threads(o.threads);
+  const at::Device device = flags::parse_device(o.device);
   // bfloat16 by default on the CPU too: the plain path's casts count.
-  const at::ScalarType dtype = o.dtype.empty() ? at::kBFloat16 : parse_dtype(o.dtype, device);
-  const std::vector<int64_t> batches = parse_int_list("--batch", o.batches, 1);
+  const at::ScalarType dtype =
+      o.dtype.empty() ? at::kBFloat16 : flags::parse_dtype(o.dtype, device);
+  const std::vector<int64_t> batches = flags::parse_int_list("--batch", o.batches, 1);
 
   std::vector<Subject> subjects;
   if (!o.checkpoint.empty()) {
@@ -298,17 +299,17 @@ int main(int argc, char** argv) try {
     s.model = std::make_unique<reference::LlamaModel>(ckpt.config, std::move(ckpt.weights));
     subjects.push_back(std::move(s));
   } else {
-    for (const std::string& spec : apps::split_list(o.shapes)) {
+    for (const std::string& spec : flags::split_list(o.shapes)) {
       subjects.push_back(subject_of(spec, dtype, device));
     }
   }
-  fmt::print("statickv_bench_step: {} on {}, launches counted by OpCounter{}\n", dtype_name(dtype),
-             device.str(),
+  fmt::print("statickv_bench_step: {} on {}, launches counted by OpCounter{}\n",
+             flags::dtype_name(dtype), device.str(),
              device.is_cpu() ? " (the CPU proxy: one launch per operator that does work)" : "");
   Json json = Json::object({{"benchmark", "step_ops"},
                             {"command", command_line(argc, argv)},
                             {"environment", environment(device)},
-                            {"dtype", dtype_name(dtype)},
+                            {"dtype", flags::dtype_name(dtype)},
                             {"context", o.context}});
   for (const Subject& s : subjects) {
     Json entry = Json::object({{"model", s.name}, {"layers", s.model->config().num_hidden_layers}});
@@ -323,5 +324,5 @@ int main(int argc, char** argv) try {
   write_json(o.json, json);
   return 0;
 } catch (...) {
-  return apps::fail("statickv_bench_step");
+  return flags::fail("statickv_bench_step");
 }

@@ -35,9 +35,10 @@ struct Options {
 
 Options parse_options(int argc, char** argv) {
   Options o;
-  Flags flags("statickv_bench_write", "cache write cost per layer per step, and prepare() cost");
+  flags::Flags flags("statickv_bench_write",
+                     "cache write cost per layer per step, and prepare() cost");
   flags.add_device(&o.device);
-  add_dtype(flags, &o.dtype, at::kHalf);
+  flags::add_dtype(flags, &o.dtype, at::kHalf);
   flags.add("--batches LIST", &o.batches, "comma-separated live batch sizes (max_batch = largest)");
   add_stack_flags(flags, &o.stack, /*with_heads=*/false);
   flags.add("--context N", &o.context, "tokens cached before the step", /*min=*/1);
@@ -134,11 +135,11 @@ Json measure_batch(const Options& o, const CacheConfig& base, const CacheConfig&
 
 int main(int argc, char** argv) try {
   const Options o = parse_options(argc, argv);
-  const std::vector<int64_t> batches = parse_int_list("--batches", o.batches, /*min=*/1);
-  set_threads(o.threads);
+  const std::vector<int64_t> batches = flags::parse_int_list("--batches", o.batches, /*min=*/1);
+  flags::set_threads(o.threads);
   c10::InferenceMode inference;  // as inference code runs: no autograd bookkeeping per op
-  const at::Device device = parse_device(o.device);
-  const at::ScalarType dtype = parse_dtype(o.dtype, device, at::kHalf);
+  const at::Device device = flags::parse_device(o.device);
+  const at::ScalarType dtype = flags::parse_dtype(o.dtype, device, at::kHalf);
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   const int64_t L = o.stack.layers;
 
@@ -158,8 +159,8 @@ int main(int argc, char** argv) try {
   fmt::print(
       "statickv write cost: {} layers, {} kv heads x {}, context {}, max_len {}, {} on {}, {} CPU "
       "threads\n",
-      L, o.stack.kv_heads, o.stack.head_dim, o.context, o.max_len, dtype_name(dtype), device.str(),
-      at::get_num_threads());
+      L, o.stack.kv_heads, o.stack.head_dim, o.context, o.max_len, flags::dtype_name(dtype),
+      device.str(), at::get_num_threads());
   fmt::print("{} interleaved rounds x {} steps per variant; times per layer per step (K and V)\n",
              o.rounds, o.calls);
 
@@ -169,7 +170,7 @@ int main(int argc, char** argv) try {
   write_json(o.json, Json::object({{"benchmark", "write_cost"},
                                    {"command", command_line(argc, argv)},
                                    {"environment", environment(device)},
-                                   {"dtype", dtype_name(dtype)},
+                                   {"dtype", flags::dtype_name(dtype)},
                                    {"layers", L},
                                    {"kv_heads", o.stack.kv_heads},
                                    {"head_dim", o.stack.head_dim},
@@ -182,5 +183,5 @@ int main(int argc, char** argv) try {
                                    {"batches", groups}}));
   return 0;
 } catch (...) {
-  return apps::fail("statickv_bench_write");
+  return flags::fail("statickv_bench_write");
 }

@@ -15,7 +15,7 @@
 namespace statickv::demo {
 
 using namespace statickv::reference;
-using apps::FlagError;
+using flags::FlagError;
 
 namespace {
 
@@ -24,7 +24,7 @@ namespace {
 void check_against_model(const Options& o, const ModelConfig& config,
                          const std::vector<std::vector<int64_t>>& prompts) {
   if (o.cache == "static" && config.has_sliding()) {
-    throw FlagError(
+    throw flags::FlagError(
         "--cache: expected hybrid or dynamic for a model with sliding-window layers but got "
         "static");
   }
@@ -34,7 +34,7 @@ void check_against_model(const Options& o, const ModelConfig& config,
     longest = std::max(longest, prompts[r].size());
     for (const int64_t id : prompts[r]) {
       if (id >= config.vocab_size) {
-        throw FlagError(fmt::format(
+        throw flags::FlagError(fmt::format(
             "--prompt-ids: expected token ids in [0, vocab_size={}) but prompt {} has {}",
             config.vocab_size, r, id));
       }
@@ -45,13 +45,13 @@ void check_against_model(const Options& o, const ModelConfig& config,
                                   : o.prompt_ids.empty() ? "--prompt-len"
                                                          : "--prompt-ids";
   if (static_cast<int64_t>(longest) >= positions) {
-    throw FlagError(fmt::format(
+    throw flags::FlagError(fmt::format(
         "{}: expected prompts shorter than the model's max_position_embeddings={} (room for a new "
         "token) but the longest has {} tokens",
         prompt_flag, positions, longest));
   }
   if (o.max_new_tokens > positions - static_cast<int64_t>(longest)) {
-    throw FlagError(fmt::format(
+    throw flags::FlagError(fmt::format(
         "--max-new-tokens: expected at most {} (max_position_embeddings={} minus the longest "
         "prompt, {} tokens) but got {}",
         positions - static_cast<int64_t>(longest), positions, longest, o.max_new_tokens));

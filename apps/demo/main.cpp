@@ -30,7 +30,7 @@
 using namespace statickv;
 using namespace statickv::reference;
 using namespace statickv::demo;
-using apps::FlagError;
+using flags::FlagError;
 
 namespace {
 
@@ -111,18 +111,18 @@ GenerateResult run_session(const Options& o, const Loaded& run, Generator& sessi
 
 int main(int argc, char** argv) try {
   const Options o = parse_options(argc, argv);
-  apps::set_threads(o.threads);
-  const apps::TpRole role = apps::start_tp(o.tp, argc, argv, apps::parse_device(o.device));
+  flags::set_threads(o.threads);
+  const apps::TpRole role = apps::start_tp(o.tp, argc, argv, flags::parse_device(o.device));
   if (role.launcher_status) return *role.launcher_status;  // --tp N: the ranks have run
   const at::Device device = role.device;
-  const at::ScalarType dtype = apps::parse_dtype(o.dtype, device, at::kBFloat16);
+  const at::ScalarType dtype = flags::parse_dtype(o.dtype, device, at::kBFloat16);
   const Loaded run = load(o, role, dtype);
   for (const auto& [flag, file] :
        {std::pair<const char*, const std::string&>{"--save-prompt", o.save_prompt},
         {"--load-prompt", o.load_prompt}}) {
     if (!file.empty() && run.prompts.size() != 1) {
-      throw FlagError(std::string(flag) + ": expected a single prompt but got " +
-                      std::to_string(run.prompts.size()));
+      throw flags::FlagError(std::string(flag) + ": expected a single prompt but got " +
+                             std::to_string(run.prompts.size()));
     }
   }
   const bool compare = !o.no_compare && o.cache != "dynamic";
@@ -139,7 +139,7 @@ int main(int argc, char** argv) try {
                             ? (o.prefill_chunk > 0 ? std::min(o.prefill_chunk, max_len) : max_len)
                             : prefill_chunk_of(*run.model, rows, max_len, o.prefill_chunk);
   if (o.spec.speculate > 0 && o.spec.speculate + 1 > chunk) {
-    throw FlagError(fmt::format(
+    throw flags::FlagError(fmt::format(
         "--speculate: expected N + 1 <= {} (the cache's max_chunk: a verification step carries "
         "N + 1 tokens; raise --prefill-chunk) but got --speculate {}",
         chunk, o.spec.speculate));
@@ -182,5 +182,5 @@ int main(int argc, char** argv) try {
   if (!o.json.empty()) write_json(o.json, run.prompts, main_run);
   return agree ? 0 : 1;
 } catch (...) {
-  return apps::fail("statickv-demo");
+  return flags::fail("statickv-demo");
 }

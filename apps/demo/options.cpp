@@ -13,7 +13,7 @@
 
 namespace statickv::demo {
 
-using apps::FlagError;
+using flags::FlagError;
 
 namespace {
 
@@ -22,36 +22,39 @@ namespace {
 void check_path_flags(const Options& o, bool quantized) {
   if (o.path != "fused") return;
   if (o.tp.tp > 1) {
-    throw FlagError("--path: expected plain or auto with --tp " + std::to_string(o.tp.tp) +
-                    " (the fused layer folds o_proj and down_proj into in-place GEMMs, which "
-                    "do not all-reduce) but got fused");
+    throw flags::FlagError(
+        "--path: expected plain or auto with --tp " + std::to_string(o.tp.tp) +
+        " (the fused layer folds o_proj and down_proj into in-place GEMMs, which "
+        "do not all-reduce) but got fused");
   }
   if (o.cache == "dynamic") {
-    throw FlagError(
+    throw flags::FlagError(
         "--path: expected plain or auto with --cache dynamic (the fused path writes through a "
         "static or hybrid cache) but got fused");
   }
   if (quantized) {
-    throw FlagError("--path: expected plain or auto with --kv-dtype " + o.kv_dtype +
-                    " (the fused rotary write serves plain storage) but got fused");
+    throw flags::FlagError("--path: expected plain or auto with --kv-dtype " + o.kv_dtype +
+                           " (the fused rotary write serves plain storage) but got fused");
   }
 }
 
 // Flags that would be silently ignored, or that contradict each other, are
 // refused; --prompts-file is read here, so a bad file fails before any work.
-void check_combinations(Options& o, const apps::Flags& flags) {
+void check_combinations(Options& o, const flags::Flags& flags) {
   if (o.top_k > 0 && o.temperature == 0.0) {
-    throw FlagError("--top-k: expected 0 without sampling (--temperature 0 is greedy) but got " +
-                    std::to_string(o.top_k));
+    throw flags::FlagError(
+        "--top-k: expected 0 without sampling (--temperature 0 is greedy) but got " +
+        std::to_string(o.top_k));
   }
   if (o.top_p < 1.0 && o.temperature == 0.0) {
-    throw FlagError(fmt::format(
+    throw flags::FlagError(fmt::format(
         "--top-p: expected 1 without sampling (--temperature 0 is greedy) but got {}", o.top_p));
   }
   apps::check_speculation_flags(o.spec, o.cache);
   apps::check_tp_with_speculation(o.tp, o.spec);
   if (!o.checkpoint.empty() && flags.given("--shape")) {
-    throw FlagError("--shape: expected no --shape with --checkpoint (the checkpoint has its own)");
+    throw flags::FlagError(
+        "--shape: expected no --shape with --checkpoint (the checkpoint has its own)");
   }
   if (!o.text.prompts_file.empty()) {  // read now: a bad file is refused before any work
     for (std::string& p : read_prompts_file(o.text.prompts_file)) o.text.prompts.push_back(p);
@@ -61,49 +64,54 @@ void check_combinations(Options& o, const apps::Flags& flags) {
        {std::pair<const char*, const std::string&>{"--save-prompt", o.save_prompt},
         {"--load-prompt", o.load_prompt}}) {
     if (!file.empty() && o.cache == "dynamic") {
-      throw FlagError(
+      throw flags::FlagError(
           std::string(flag) +
           ": expected a static or hybrid --cache (it saves a cache row) but got dynamic");
     }
     if (!file.empty() && quantized) {
-      throw FlagError("--kv-dtype: expected compute with " + std::string(flag) +
-                      " (row save/restore supports plain storage only) but got " + o.kv_dtype);
+      throw flags::FlagError("--kv-dtype: expected compute with " + std::string(flag) +
+                             " (row save/restore supports plain storage only) but got " +
+                             o.kv_dtype);
     }
     if (!file.empty() && (o.tp.tp > 1 || std::getenv("WORLD_SIZE") != nullptr)) {
-      throw FlagError(std::string(flag) +
-                      ": expected no prompt-cache file with --tp (each rank holds only its kv "
-                      "heads of the row)");
+      throw flags::FlagError(
+          std::string(flag) +
+          ": expected no prompt-cache file with --tp (each rank holds only its kv "
+          "heads of the row)");
     }
   }
-  if (o.tp.tp > 1 && !o.eager && apps::parse_device(o.device).is_cuda()) {
-    throw FlagError("--tp: expected --eager with --tp " + std::to_string(o.tp.tp) +
-                    " on cuda (NCCL collectives inside captured CUDA graphs are not supported)");
+  if (o.tp.tp > 1 && !o.eager && flags::parse_device(o.device).is_cuda()) {
+    throw flags::FlagError(
+        "--tp: expected --eager with --tp " + std::to_string(o.tp.tp) +
+        " on cuda (NCCL collectives inside captured CUDA graphs are not supported)");
   }
   if (!o.load_prompt.empty() && !std::filesystem::is_regular_file(o.load_prompt)) {
-    throw FlagError("--load-prompt: expected an existing file but got '" + o.load_prompt + "'");
+    throw flags::FlagError("--load-prompt: expected an existing file but got '" + o.load_prompt +
+                           "'");
   }
   check_path_flags(o, quantized);
   apps::check_offload_flags(o.offload, o.kv_dtype, o.path, o.cache);
   if (o.cache == "dynamic" && quantized) {
-    throw FlagError(
+    throw flags::FlagError(
         "--kv-dtype: expected compute with --cache dynamic (it stores the compute "
         "dtype) but got " +
         o.kv_dtype);
   }
   if (o.text.chat && !o.text.given()) {
-    throw FlagError("--chat: expected --prompt or --prompts-file (it applies to text prompts)");
+    throw flags::FlagError(
+        "--chat: expected --prompt or --prompts-file (it applies to text prompts)");
   }
   if (o.text.given() && !o.prompt_ids.empty()) {
-    throw FlagError(
+    throw flags::FlagError(
         "--prompt-ids: expected no ids with --prompt or --prompts-file (one source "
         "of prompts)");
   }
   if (!o.prompt_ids.empty() || o.text.given()) {
     for (const char* flag : {"--batch", "--prompt-len"}) {
       if (flags.given(flag)) {
-        throw FlagError(std::string(flag) +
-                        ": expected no value with given prompts (it applies "
-                        "to random prompts)");
+        throw flags::FlagError(std::string(flag) +
+                               ": expected no value with given prompts (it applies "
+                               "to random prompts)");
       }
     }
   }
@@ -113,13 +121,13 @@ void check_combinations(Options& o, const apps::Flags& flags) {
 
 Options parse_options(int argc, char** argv) {
   Options o;
-  apps::Flags flags("statickv-demo", "the reference decoder through statickv's caches");
+  flags::Flags flags("statickv-demo", "the reference decoder through statickv's caches");
   apps::add_model_flags(flags, &o.checkpoint, &o.shape);
   apps::add_tp_flags(flags, &o.tp);
   flags.add_device(&o.device);
-  add_dtype(flags, &o.dtype, at::kBFloat16);
-  add_kv_dtype(flags, &o.kv_dtype);
-  add_offload(flags, &o.offload);
+  flags::add_dtype(flags, &o.dtype, at::kBFloat16);
+  apps::add_kv_dtype(flags, &o.kv_dtype);
+  apps::add_offload(flags, &o.offload);
   flags.add_threads(&o.threads);
   flags.add_choice("--cache C", &o.cache, {"static", "hybrid", "dynamic"},
                    "static, hybrid or dynamic (default: static for all-full models, hybrid when "

@@ -11,7 +11,7 @@
 
 namespace statickv::demo {
 
-using apps::FlagError;
+using flags::FlagError;
 
 std::vector<std::vector<int64_t>> parse_prompt_ids(const std::string& text) {
   std::vector<std::vector<int64_t>> prompts;
@@ -24,15 +24,16 @@ std::vector<std::vector<int64_t>> parse_prompt_ids(const std::string& text) {
     while (std::getline(cells, cell, ',')) {
       cell.erase(0, cell.find_first_not_of(' '));
       cell.erase(cell.find_last_not_of(' ') + 1);
-      ids.push_back(apps::parse_int("--prompt-ids", cell, /*min=*/0));
+      ids.push_back(flags::parse_int("--prompt-ids", cell, /*min=*/0));
     }
     if (ids.empty()) {
-      throw FlagError("--prompt-ids: expected token ids in every prompt but prompt " +
-                      std::to_string(prompts.size()) + " has none");
+      throw flags::FlagError("--prompt-ids: expected token ids in every prompt but prompt " +
+                             std::to_string(prompts.size()) + " has none");
     }
     prompts.push_back(std::move(ids));
   }
-  if (prompts.empty()) throw FlagError("--prompt-ids: expected at least one prompt but got none");
+  if (prompts.empty())
+    throw flags::FlagError("--prompt-ids: expected at least one prompt but got none");
   return prompts;
 }
 

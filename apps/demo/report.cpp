@@ -75,7 +75,7 @@ void print_header(const Options& o, const Loaded& run, const GenerateOptions& op
   fmt::print("statickv-demo: {} | {} layers ({}), {} heads / {} kv x {} | {} on {}\n", run.source,
              config.num_hidden_layers, config.has_sliding() ? "with sliding layers" : "all full",
              config.num_attention_heads, config.num_key_value_heads, config.head_dim,
-             apps::dtype_name(dtype), device.str());
+             flags::dtype_name(dtype), device.str());
   fmt::print(
       "{} prompts (longest {} tokens), {} new tokens each, {}; prefill {}{}; {} decoder layers{}\n",
       run.prompts.size(), longest, o.max_new_tokens, o.temperature > 0 ? "sampling" : "greedy",
@@ -118,7 +118,7 @@ bool report_comparison(const char* name, const GenerateResult& ours, const Gener
   if (storage != KvStorage::kCompute) return report_quantized(c, ours, baseline, storage);
   const apps::Tolerance tol = apps::tolerance_for(dtype);
   const apps::Verdict verdict = apps::judge(c, tol, greedy);
-  const std::string dtype_text = apps::dtype_name(dtype);
+  const std::string dtype_text = flags::dtype_name(dtype);
   fmt::print(
       "logits vs dynamic: max |difference| {:.3g} over {} steps from the same prefix "
       "(tolerance {:g} in {})\n",

@@ -18,12 +18,13 @@
 
 namespace statickv::demo {
 
-using apps::FlagError;
+using flags::FlagError;
 using Clock = std::chrono::steady_clock;
 
 std::vector<std::string> read_prompts_file(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw FlagError("--prompts-file: expected a readable file but got '" + path + "'");
+  if (!in)
+    throw flags::FlagError("--prompts-file: expected a readable file but got '" + path + "'");
   std::vector<std::string> prompts;
   std::string line;
   while (std::getline(in, line)) {
@@ -31,8 +32,8 @@ std::vector<std::string> read_prompts_file(const std::string& path) {
     if (line.find_first_not_of(" \t") != std::string::npos) prompts.push_back(line);
   }
   if (prompts.empty()) {
-    throw FlagError("--prompts-file: expected at least one non-empty line but '" + path +
-                    "' has none");
+    throw flags::FlagError("--prompts-file: expected at least one non-empty line but '" + path +
+                           "' has none");
   }
   return prompts;
 }
@@ -129,9 +130,10 @@ class TokenizerSession final : public TextSession {
     std::optional<tokenizer::ChatTemplate> chat;
     if (flags.chat) {
       if (!tokenizer::ChatTemplate::available(tok_.dir())) {
-        throw FlagError("--chat: expected a chat template (" + tok_.dir() +
-                        "/chat_template.jinja or tokenizer_config.json's chat_template) but the "
-                        "checkpoint has none");
+        throw flags::FlagError(
+            "--chat: expected a chat template (" + tok_.dir() +
+            "/chat_template.jinja or tokenizer_config.json's chat_template) but the "
+            "checkpoint has none");
       }
       chat = tokenizer::ChatTemplate::load(tok_.dir());
     }
@@ -139,7 +141,7 @@ class TokenizerSession final : public TextSession {
       ids_.push_back(chat ? tokenizer::apply_chat(tok_, *chat, tokenizer::user_turn(questions_[r]))
                           : tok_.encode_prompt(questions_[r]));
       if (ids_.back().empty()) {
-        throw FlagError(
+        throw flags::FlagError(
             fmt::format("--prompt: expected text with at least one token but prompt "
                         "{} encodes to none",
                         r));
@@ -168,14 +170,15 @@ class TokenizerSession final : public TextSession {
 std::unique_ptr<TextSession> TextSession::open(const std::string& checkpoint,
                                                const TextFlags& flags) {
   if (checkpoint.empty()) {
-    throw FlagError(std::string(flags.prompts_file.empty() ? "--prompt" : "--prompts-file") +
-                    ": expected --checkpoint DIR (text needs its tokenizer.json) but got none");
+    throw flags::FlagError(
+        std::string(flags.prompts_file.empty() ? "--prompt" : "--prompts-file") +
+        ": expected --checkpoint DIR (text needs its tokenizer.json) but got none");
   }
   std::optional<tokenizer::Tokenizer> tok;
   try {
     tok.emplace(tokenizer::Tokenizer::load(checkpoint));
   } catch (const std::runtime_error& e) {
-    throw FlagError(std::string("--checkpoint: expected a tokenizer there but ") + e.what());
+    throw flags::FlagError(std::string("--checkpoint: expected a tokenizer there but ") + e.what());
   }
   return std::make_unique<TokenizerSession>(std::move(*tok), flags);
 }
@@ -183,7 +186,7 @@ std::unique_ptr<TextSession> TextSession::open(const std::string& checkpoint,
 #else  // !STATICKV_DEMO_TOKENIZER
 
 std::unique_ptr<TextSession> TextSession::open(const std::string&, const TextFlags&) {
-  throw FlagError(
+  throw flags::FlagError(
       "--prompt: expected a statickv-demo built with statickv::tokenizer, but this one was "
       "configured without it (pytorch-tokenizers or re2 missing; docs/tokenizer.md)");
 }

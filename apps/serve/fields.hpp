@@ -21,7 +21,7 @@ namespace statickv::serve {
 /// statickv::json::FieldReader (the one field reader) plus the fields both
 /// front ends read alike.
 template <class Json>
-class FieldReader : public ::statickv::json::FieldReader<Json> {
+class RequestReader : public ::statickv::json::FieldReader<Json> {
  public:
   using Base = ::statickv::json::FieldReader<Json>;
   using Base::Base;

@@ -4,10 +4,10 @@
 // choice's pieces as they come, interleaved, each chunk naming its index).
 // Text and JSON only; http_server.cpp writes the bytes.
 
-#include "http_engine.hpp"
 #include "http_plan.hpp"
 #include "logprobs.hpp"
 #include "openai.hpp"
+#include "scheduler_thread.hpp"
 
 #include <nlohmann/json.hpp>
 

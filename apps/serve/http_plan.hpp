@@ -4,9 +4,9 @@
 // (echo, log-probabilities, a prompt scored alone), checked against the
 // server's limits before anything reaches the engine.
 
-#include "http_engine.hpp"
 #include "http_server.hpp"
 #include "openai.hpp"
+#include "scheduler_thread.hpp"
 #include "text_tools.hpp"
 
 #include <cstdint>

@@ -55,9 +55,9 @@ struct StreamState {
 
 class Front {
  public:
-  Front(HttpEngine& engine, std::shared_ptr<TextTools> text, const HttpOptions& options,
+  Front(SchedulerThread& scheduler, std::shared_ptr<TextTools> text, const HttpOptions& options,
         int64_t max_len, Metrics& metrics)
-      : engine_(engine),
+      : scheduler_(scheduler),
         text_(std::move(text)),
         o_(options),
         max_len_(max_len),
@@ -82,7 +82,7 @@ class Front {
   TokenText token_text() const;
   bool authorized(const httplib::Request& req) const;
 
-  HttpEngine& engine_;
+  SchedulerThread& scheduler_;
   std::shared_ptr<TextTools> text_;
   const HttpOptions& o_;
   int64_t max_len_;
@@ -147,7 +147,7 @@ void Front::generate(Endpoint endpoint, const httplib::Request& req, httplib::Re
     Plan plan = plan_request(api, {text_.get(), o_, max_len_}, request_seed(api), id, arrival);
     const ResponseHead head{endpoint, (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + id,
                             o_.served_model, static_cast<int64_t>(std::time(nullptr))};
-    engine_.submit(plan.submission);  // the plan keeps its copy: the answer names its prompts
+    scheduler_.submit(plan.submission);  // the plan keeps its copy: the answer names its prompts
     plan.submission.stream->wait_accepted();
     if (api.stream) {
       answer_stream(api, head, std::move(plan), res);
@@ -175,7 +175,7 @@ void Front::answer_stream(const ApiRequest& api, const ResponseHead& head, Plan 
       [this, st](bool) {
         // The client went away, or a choice failed: free the rows still serving it.
         if (!st->finished || st->answer->failed()) {
-          for (const reference::Request& r : st->plan.submission.choices) engine_.cancel(r.id);
+          for (const reference::Request& r : st->plan.submission.choices) scheduler_.cancel(r.id);
         }
         --in_flight_;
       });
@@ -330,12 +330,12 @@ void error_answers(httplib::Server& svr, Metrics& metrics) {
 
 }  // namespace
 
-int serve_http(reference::Scheduler& engine, std::shared_ptr<TextTools> text,
+int serve_http(reference::Scheduler& scheduler, std::shared_ptr<TextTools> text,
                const HttpOptions& options) {
   install_signal_handlers();
   Metrics metrics;
-  HttpEngine loop(engine, text, metrics, options.max_queue);
-  Front front(loop, std::move(text), options, engine.options().max_len, metrics);
+  SchedulerThread loop(scheduler, text, metrics, options.max_queue);
+  Front front(loop, std::move(text), options, scheduler.options().max_len, metrics);
   httplib::Server svr;
   svr.new_task_queue = [n = options.threads] {
     return new httplib::ThreadPool(static_cast<size_t>(n));

@@ -3,9 +3,9 @@
 // HttpEngine. Routes, authentication, limits and the SSE stream writer live
 // here; the protocol is in docs/serving.md ("HTTP API").
 
-#include "http_engine.hpp"
 #include "metrics.hpp"
 #include "openai.hpp"
+#include "scheduler_thread.hpp"
 #include "text_tools.hpp"
 
 #include <statickv/reference/scheduler.hpp>
@@ -33,7 +33,7 @@ struct HttpOptions {
 /// Serves until SIGTERM or SIGINT, then drains (every request in flight
 /// finishes) and returns 0. Prints "statickv-serve: listening on
 /// http://HOST:PORT" on stderr once it accepts connections.
-int serve_http(reference::Scheduler& engine, std::shared_ptr<TextTools> text,
+int serve_http(reference::Scheduler& scheduler, std::shared_ptr<TextTools> text,
                const HttpOptions& options);
 
 }  // namespace statickv::serve

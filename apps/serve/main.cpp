@@ -23,7 +23,7 @@
 
 using namespace statickv;
 using namespace statickv::reference;
-using apps::FlagError;
+using flags::FlagError;
 
 namespace {
 
@@ -45,7 +45,7 @@ struct Options {
   bool strict_fields = false;
 };
 
-void add_http_flags(apps::Flags& flags, Options* o) {
+void add_http_flags(flags::Flags& flags, Options* o) {
   flags.add("--http HOST:PORT", &o->http,
             "serve the OpenAI-compatible HTTP API there instead of JSON lines (HOST defaults to "
             "127.0.0.1; PORT 0 picks a free port, printed once listening)");
@@ -81,35 +81,36 @@ void parse_http_address(Options& o) {
       throw std::invalid_argument(port);
     }
   } catch (const std::exception&) {
-    throw FlagError("--http: expected HOST:PORT or PORT with PORT in [0, 65535] but got '" +
-                    o.http + "'");
+    throw flags::FlagError("--http: expected HOST:PORT or PORT with PORT in [0, 65535] but got '" +
+                           o.http + "'");
   }
 }
 
 /// The --http flags need --http, and --http takes no --tp.
-void check_http_flags(const apps::Flags& flags, Options& o) {
+void check_http_flags(const flags::Flags& flags, Options& o) {
   for (const char* name : {"--served-model-name", "--http-threads", "--max-queue", "--api-key",
                            "--max-body-bytes", "--max-n", "--strict-fields"}) {
     if (o.http.empty() && flags.given(name)) {
-      throw FlagError(std::string(name) + ": expected --http with it (a JSON-lines server has no " +
-                      "HTTP side)");
+      throw flags::FlagError(std::string(name) +
+                             ": expected --http with it (a JSON-lines server has no " +
+                             "HTTP side)");
     }
   }
   if (o.http.empty()) return;
   if (o.tp.tp > 1) {
-    throw FlagError(
+    throw flags::FlagError(
         fmt::format("--http: expected no --tp with --http (rank 0 does not forward "
                     "HTTP requests to the other ranks) but got --tp {}",
                     o.tp.tp));
   }
   if (o.max_queue + o.max_batch > o.http_threads) {  // else 503 could never be answered
-    throw FlagError(fmt::format(
+    throw flags::FlagError(fmt::format(
         "--max-queue: expected at most --http-threads - --max-batch = {} (every waiting or "
         "running request holds a handler thread) but got {}",
         o.http_threads - o.max_batch, o.max_queue));
   }
 #ifndef STATICKV_SERVE_HTTP
-  throw FlagError(
+  throw flags::FlagError(
       "--http: expected a build with cpp-httplib (Debian: libcpp-httplib-dev) but "
       "this statickv-serve has no HTTP mode; got --http " +
       o.http);
@@ -119,16 +120,16 @@ void check_http_flags(const apps::Flags& flags, Options& o) {
 
 Options parse(int argc, char** argv) {
   Options o;
-  apps::Flags flags("statickv-serve",
-                    "continuous-batching server: JSON lines in (requests), one JSON line out per "
-                    "finished request; or an OpenAI-compatible HTTP API (--http)");
+  flags::Flags flags("statickv-serve",
+                     "continuous-batching server: JSON lines in (requests), one JSON line out per "
+                     "finished request; or an OpenAI-compatible HTTP API (--http)");
   apps::add_model_flags(flags, &o.checkpoint, &o.shape);
   apps::add_tp_flags(flags, &o.tp);
   flags.add("--seed N", &o.seed, "random weights of --shape", /*min=*/0);
   flags.add_device(&o.device);
-  add_dtype(flags, &o.dtype, at::kBFloat16);
-  add_kv_dtype(flags, &o.kv_dtype);
-  add_offload(flags, &o.offload);
+  flags::add_dtype(flags, &o.dtype, at::kBFloat16);
+  apps::add_kv_dtype(flags, &o.kv_dtype);
+  apps::add_offload(flags, &o.offload);
   flags.add_choice("--cache C", &o.cache, {"static", "hybrid"},
                    "static or hybrid (default: static for all-full models, hybrid when the model "
                    "has sliding layers)");
@@ -174,20 +175,23 @@ Options parse(int argc, char** argv) {
   apps::check_speculation_flags(o.spec, o.cache);
   apps::check_tp_with_speculation(o.tp, o.spec);
   if (!o.checkpoint.empty() && flags.given("--shape")) {
-    throw FlagError("--shape: expected no --shape with --checkpoint (the checkpoint has its own)");
+    throw flags::FlagError(
+        "--shape: expected no --shape with --checkpoint (the checkpoint has its own)");
   }
-  if (o.tp.tp > 1 && !o.eager && apps::parse_device(o.device).is_cuda()) {
-    throw FlagError("--tp: expected --eager with --tp " + std::to_string(o.tp.tp) +
-                    " on cuda (NCCL collectives inside captured CUDA graphs are not supported)");
+  if (o.tp.tp > 1 && !o.eager && flags::parse_device(o.device).is_cuda()) {
+    throw flags::FlagError(
+        "--tp: expected --eager with --tp " + std::to_string(o.tp.tp) +
+        " on cuda (NCCL collectives inside captured CUDA graphs are not supported)");
   }
   if (o.tp.tp > 1 && o.prefix_cache_bytes > 0 && !o.no_prefix_cache) {
-    throw FlagError(
+    throw flags::FlagError(
         fmt::format("--prefix-cache-bytes: expected 0 or -1 with --tp {} (the prefix "
                     "cache is not tested across ranks) but got {}",
                     o.tp.tp, o.prefix_cache_bytes));
   }
   if (!o.checkpoint.empty() && flags.given("--seed")) {
-    throw FlagError("--seed: expected no --seed with --checkpoint (it seeds random weights)");
+    throw flags::FlagError(
+        "--seed: expected no --seed with --checkpoint (it seeds random weights)");
   }
   return o;
 }
@@ -202,7 +206,7 @@ std::unique_ptr<LlamaModel> load_model(const Options& o, const apps::TpRole& rol
 SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) {
   SchedulerOptions s;
   if (o.cache == "static" && config.has_sliding()) {
-    throw FlagError(
+    throw flags::FlagError(
         "--cache: expected hybrid for a model with sliding-window layers but got static");
   }
   s.cache = o.cache.empty() ? (config.has_sliding() ? CacheKind::kHybrid : CacheKind::kStatic)
@@ -210,7 +214,7 @@ SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) 
   const int64_t positions = config.max_position_embeddings;
   s.max_len = o.max_len > 0 ? o.max_len : std::min<int64_t>(2048, positions);
   if (s.max_len < 2 || s.max_len > positions) {
-    throw FlagError(fmt::format(
+    throw flags::FlagError(fmt::format(
         "--max-len: expected an integer in [2, {}] (the model's max_position_embeddings) but got "
         "{}",
         positions, s.max_len));
@@ -221,12 +225,12 @@ SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) 
   s.host_offload = o.offload;
   s.prefill_chunk = o.prefill_chunk;
   if (o.prefill_chunk > s.max_len) {
-    throw FlagError(fmt::format("--prefill-chunk: expected at most --max-len={} but got {}",
-                                s.max_len, o.prefill_chunk));
+    throw flags::FlagError(fmt::format("--prefill-chunk: expected at most --max-len={} but got {}",
+                                       s.max_len, o.prefill_chunk));
   }
   const int64_t chunk = std::min<int64_t>(o.prefill_chunk > 0 ? o.prefill_chunk : 64, s.max_len);
   if (o.token_budget > 0 && o.token_budget < o.max_batch) {
-    throw FlagError(fmt::format(
+    throw flags::FlagError(fmt::format(
         "--token-budget: expected 0 or at least --max-batch={} (every decode row) but got {}",
         o.max_batch, o.token_budget));
   }
@@ -236,20 +240,20 @@ SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) 
   s.prefix_cache_bytes = o.no_prefix_cache ? 0 : o.prefix_cache_bytes;
   if (o.tp.tp > 1) s.prefix_cache_bytes = 0;  // the default turns itself off under --tp
   if (s.prefix_cache_bytes > 0 && s.kv_storage != KvStorage::kCompute) {
-    throw FlagError(
+    throw flags::FlagError(
         fmt::format("--prefix-cache-bytes: expected 0 or -1 with --kv-dtype {} (row "
                     "snapshots support plain storage only) but got {}",
                     o.kv_dtype, s.prefix_cache_bytes));
   }
   if (s.prefix_cache_bytes > 0 && o.spec.draft_model()) {
-    throw FlagError(
+    throw flags::FlagError(
         fmt::format("--prefix-cache-bytes: expected 0 or -1 with a draft model "
                     "(--draft-checkpoint or --draft-shape) but got {}",
                     s.prefix_cache_bytes));
   }
   const int64_t max_chunk = ShapeBuckets::powers_of_two(chunk).round_up(chunk);
   if (s.speculate + 1 > max_chunk) {
-    throw FlagError(fmt::format(
+    throw flags::FlagError(fmt::format(
         "--speculate: expected N + 1 <= {} (the cache's max_chunk, from --prefill-chunk: a "
         "verification step carries N + 1 tokens) but got --speculate {}",
         max_chunk, s.speculate));
@@ -286,9 +290,9 @@ void print_cache_bytes(const Cache& cache) {
   }
 }
 
-void report(const Scheduler& engine, const Options& o) {
-  const EngineStats s = engine.stats();
-  print_cache_bytes(engine.cache());
+void report(const Scheduler& scheduler, const Options& o) {
+  const SchedulerStats s = scheduler.stats();
+  print_cache_bytes(scheduler.cache());
   std::fprintf(stderr,
                "statickv-serve: %lld requests (%lld completed, %lld cancelled, %lld rejected), "
                "%lld steps (%lld with prefill, mean %.2f ms), occupancy %.3f, padded fraction "
@@ -309,19 +313,19 @@ void report(const Scheduler& engine, const Options& o) {
         static_cast<long long>(s.prefix_entries), static_cast<long long>(s.prefix_bytes),
         static_cast<long long>(s.prefix_budget), static_cast<long long>(s.prefix_evictions));
   }
-  if (engine.options().speculate == 0) return;
+  if (scheduler.options().speculate == 0) return;
   const SpeculationStats& spec = s.speculation;
   std::fprintf(stderr,
                "statickv-serve: speculation: %lld drafts per step by %s; acceptance rate %.1f%% "
                "(%lld of %lld drafts) over %lld verification steps\n",
-               static_cast<long long>(engine.options().speculate),
+               static_cast<long long>(scheduler.options().speculate),
                apps::drafting_name(o.spec).c_str(), 100.0 * spec.acceptance_rate(),
                static_cast<long long>(spec.accepted), static_cast<long long>(spec.drafted),
                static_cast<long long>(spec.verify_steps));
 }
 
 /// JSON lines on stdin and stdout until the input ends.
-void serve_lines(Scheduler& engine, const apps::TpRole& role,
+void serve_lines(Scheduler& scheduler, const apps::TpRole& role,
                  std::shared_ptr<serve::TextTools> text) {
   serve::LineReader reader(std::cin);
   auto local = std::make_unique<serve::LocalInput>(reader);
@@ -332,12 +336,12 @@ void serve_lines(Scheduler& engine, const apps::TpRole& role,
   } else {
     input = std::move(local);
   }
-  serve::Server server(engine, std::move(text), std::cout);
+  serve::Server server(scheduler, std::move(text), std::cout);
   server.run(*input);
 }
 
 /// The HTTP API until SIGTERM (docs/serving.md, "HTTP API").
-int serve_http(Scheduler& engine, const Options& o, std::shared_ptr<serve::TextTools> text) {
+int serve_http(Scheduler& scheduler, const Options& o, std::shared_ptr<serve::TextTools> text) {
 #ifdef STATICKV_SERVE_HTTP
   serve::HttpOptions h;
   h.host = o.http_host;
@@ -356,9 +360,9 @@ int serve_http(Scheduler& engine, const Options& o, std::shared_ptr<serve::TextT
   h.strict_fields = o.strict_fields;
   h.root = o.checkpoint.empty() ? o.shape : o.checkpoint;
   h.defaults = serve::GenerationDefaults::load(o.checkpoint);
-  return serve::serve_http(engine, std::move(text), h);
+  return serve::serve_http(scheduler, std::move(text), h);
 #else
-  (void)engine, (void)o, (void)text;
+  (void)scheduler, (void)o, (void)text;
   return 2;  // refused in parse (check_http_flags)
 #endif
 }
@@ -369,11 +373,11 @@ int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
   if (o.threads > 0) at::set_num_threads(o.threads);
   if (!o.checkpoint.empty() && !std::filesystem::is_directory(o.checkpoint)) {
-    throw FlagError("--checkpoint: expected a directory but got '" + o.checkpoint + "'");
+    throw flags::FlagError("--checkpoint: expected a directory but got '" + o.checkpoint + "'");
   }
-  const apps::TpRole role = apps::start_tp(o.tp, argc, argv, apps::parse_device(o.device));
+  const apps::TpRole role = apps::start_tp(o.tp, argc, argv, flags::parse_device(o.device));
   if (role.launcher_status) return *role.launcher_status;  // --tp N: the ranks have served
-  const at::ScalarType dtype = apps::parse_dtype(o.dtype, role.device, at::kBFloat16);
+  const at::ScalarType dtype = flags::parse_dtype(o.dtype, role.device, at::kBFloat16);
   std::shared_ptr<serve::TextTools> text = text_tools(o);
   const std::unique_ptr<LlamaModel> model = load_model(o, role, dtype);
   // The draft model drafts on its own cache, whose rows mirror the target's
@@ -381,23 +385,23 @@ int main(int argc, char** argv) try {
   const std::unique_ptr<LlamaModel> draft =
       apps::load_draft_model(o.spec, dtype, role.device, static_cast<uint64_t>(o.seed));
   if (draft && draft->config().vocab_size != model->config().vocab_size) {
-    throw FlagError(
+    throw flags::FlagError(
         fmt::format("{}: expected a draft model with the target's vocab_size={} but got {}",
                     o.spec.draft_shape.empty() ? "--draft-checkpoint" : "--draft-shape",
                     model->config().vocab_size, draft->config().vocab_size));
   }
   SchedulerOptions options = scheduler_options(o, model->config());
   options.draft_model = draft.get();
-  Scheduler engine(*model, options);
-  engine.warm_up();  // after this no arrival pattern captures again
+  Scheduler scheduler(*model, options);
+  scheduler.warm_up();  // after this no arrival pattern captures again
   int status = 0;
   if (o.http.empty()) {
-    serve_lines(engine, role, std::move(text));
+    serve_lines(scheduler, role, std::move(text));
   } else {
-    status = serve_http(engine, o, std::move(text));
+    status = serve_http(scheduler, o, std::move(text));
   }
-  if (role.tp.rank == 0) report(engine, o);
+  if (role.tp.rank == 0) report(scheduler, o);
   return status;
 } catch (...) {
-  return apps::fail("statickv-serve");
+  return flags::fail("statickv-serve");
 }

@@ -12,15 +12,15 @@ namespace {
 
 const std::map<std::string, std::string>& help() {
   static const std::map<std::string, std::string> h = {
-      {"statickv_requests_total", "Requests the engine finished, by outcome."},
+      {"statickv_requests_total", "Requests the scheduler finished, by outcome."},
       {"statickv_http_responses_total", "HTTP responses, by status."},
       {"statickv_prompt_tokens_total", "Prompt tokens of admitted requests."},
       {"statickv_generation_tokens_total", "Tokens generated and sent."},
       {"statickv_time_to_first_token_seconds", "Arrival to first token, per request."},
       {"statickv_time_per_output_token_seconds", "Time per token after the first, per request."},
-      {"statickv_step_seconds", "One engine step (a batched forward pass)."},
+      {"statickv_step_seconds", "One scheduler step (a batched forward pass)."},
       {"statickv_http_token_write_seconds",
-       "A streamed token produced by the engine to its bytes written to the socket."},
+       "A streamed token produced by the scheduler to its bytes written to the socket."},
       {"statickv_ignored_fields_total",
        "Unknown request fields ignored (--strict-fields refuses)."},
       {"statickv_queue_depth", "Requests waiting for a cache row."},

@@ -24,16 +24,18 @@ namespace {
   throw ApiError(400, ::statickv::json::refusal(field, expected, got), field);
 }
 
-const FieldReader<Body>& reader() {
-  static const FieldReader<Body> r([](const std::string& field, const std::string& expected,
-                                      const Body& got) { refuse(field, expected, got); });
+const RequestReader<Body>& reader() {
+  static const RequestReader<Body> r([](const std::string& field, const std::string& expected,
+                                        const Body& got) { refuse(field, expected, got); });
   return r;
 }
 
 int64_t integer(const Body& v, const std::string& field) { return reader().integer(v, field); }
 double number(const Body& v, const std::string& field) { return reader().number(v, field); }
 std::string text(const Body& v, const std::string& field) { return reader().text(v, field); }
-bool given(const Body& body, const std::string& key) { return FieldReader<Body>::given(body, key); }
+bool given(const Body& body, const std::string& key) {
+  return RequestReader<Body>::given(body, key);
+}
 
 Body parsed_object(const std::string& body_text) {
   Body body;

@@ -22,9 +22,9 @@ namespace {
 }
 
 /// The one field reader (fields.hpp), its refusals carrying the line's id.
-FieldReader<json> reader(const json& id) {
-  return FieldReader<json>([id](const std::string& field, const std::string& expected,
-                                const json& got) { refuse(field, expected, got, id); });
+RequestReader<json> reader(const json& id) {
+  return RequestReader<json>([id](const std::string& field, const std::string& expected,
+                                  const json& got) { refuse(field, expected, got, id); });
 }
 
 int64_t integer(const json& v, const std::string& field, const json& id) {

@@ -1,6 +1,6 @@
-// statickv-serve --http's engine thread and request channels (http_engine.hpp).
+// statickv-serve --http's scheduler thread and request channels (scheduler_thread.hpp).
 
-#include "http_engine.hpp"
+#include "scheduler_thread.hpp"
 
 #include <c10/util/Exception.h>
 
@@ -50,19 +50,19 @@ Stream::Batch Stream::next(std::chrono::milliseconds timeout) {
   return std::exchange(pending_, Batch());
 }
 
-HttpEngine::HttpEngine(reference::Scheduler& engine, std::shared_ptr<TextTools> text,
-                       Metrics& metrics, int64_t max_queue)
-    : engine_(engine), text_(std::move(text)), metrics_(metrics), max_queue_(max_queue) {
+SchedulerThread::SchedulerThread(reference::Scheduler& scheduler, std::shared_ptr<TextTools> text,
+                                 Metrics& metrics, int64_t max_queue)
+    : scheduler_(scheduler), text_(std::move(text)), metrics_(metrics), max_queue_(max_queue) {
   for (const char* outcome : {"stop", "length", "cancelled", "error"}) {
     metrics_.count("statickv_requests_total", "outcome", outcome, 0);
   }
   metrics_.count("statickv_prompt_tokens_total", 0);
   metrics_.count("statickv_generation_tokens_total", 0);
-  metrics_.set_gauge("statickv_rows_total", static_cast<double>(engine_.options().max_batch));
+  metrics_.set_gauge("statickv_rows_total", static_cast<double>(scheduler_.options().max_batch));
   publish_gauges();
 }
 
-void HttpEngine::submit(Submission submission) {
+void SchedulerThread::submit(Submission submission) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto queued = static_cast<int64_t>(inbox_.size()) + waiting_.load();
@@ -78,7 +78,7 @@ void HttpEngine::submit(Submission submission) {
   wake_.notify_one();
 }
 
-void HttpEngine::cancel(const std::string& id) {
+void SchedulerThread::cancel(const std::string& id) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     cancels_.push_back(id);
@@ -86,7 +86,7 @@ void HttpEngine::cancel(const std::string& id) {
   wake_.notify_one();
 }
 
-void HttpEngine::stop(std::function<bool()> drained) {
+void SchedulerThread::stop(std::function<bool()> drained) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     drained_ = std::move(drained);
@@ -94,20 +94,20 @@ void HttpEngine::stop(std::function<bool()> drained) {
   wake_.notify_one();
 }
 
-void HttpEngine::run() {
+void SchedulerThread::run() {
   while (true) {
     take_inbox();
-    if (!engine_.idle()) {
-      engine_.step();
-      // The engine's own timer: the exit report's mean step is the same
+    if (!scheduler_.idle()) {
+      scheduler_.step();
+      // the scheduler's own timer: the exit report's mean step is the same
       // figure, over the same steps (0: no row ran, no step counted).
-      if (const double took = engine_.last_step_seconds(); took > 0)
+      if (const double took = scheduler_.last_step_seconds(); took > 0)
         metrics_.observe("statickv_step_seconds", took);
       after_step();
     }
-    for (const Completion& c : engine_.take_finished()) finish(c);
+    for (const Completion& c : scheduler_.take_finished()) finish(c);
     publish_gauges();
-    if (!engine_.idle()) continue;
+    if (!scheduler_.idle()) continue;
     if (should_exit()) return;
     std::unique_lock<std::mutex> lock(mutex_);
     wake_.wait_for(lock, std::chrono::milliseconds(50),
@@ -115,17 +115,17 @@ void HttpEngine::run() {
   }
 }
 
-bool HttpEngine::should_exit() {
+bool SchedulerThread::should_exit() {
   std::function<bool()> drained;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!drained_ || !inbox_.empty() || !cancels_.empty()) return false;
     drained = drained_;
   }
-  return engine_.idle() && drained();
+  return scheduler_.idle() && drained();
 }
 
-void HttpEngine::take_inbox() {
+void SchedulerThread::take_inbox() {
   std::vector<Submission> inbox;
   std::vector<std::string> cancels;
   {
@@ -135,12 +135,12 @@ void HttpEngine::take_inbox() {
   }
   for (Submission& s : inbox) admit(std::move(s));
   for (const std::string& id : cancels) {
-    if (live_.count(id) != 0) engine_.cancel(id);
+    if (live_.count(id) != 0) scheduler_.cancel(id);
   }
 }
 
-void HttpEngine::admit(Submission s) {
-  // One verdict per request: a choice the engine refuses refuses them all,
+void SchedulerThread::admit(Submission s) {
+  // One verdict per request: a choice the scheduler refuses refuses them all,
   // and the choices admitted before it are cancelled and forgotten.
   std::vector<std::string> admitted;
   int64_t prompt_tokens = 0;
@@ -160,13 +160,13 @@ void HttpEngine::admit(Submission s) {
       };
     }
     try {
-      engine_.submit(std::move(r));
+      scheduler_.submit(std::move(r));
     } catch (const c10::Error& e) {
       for (const std::string& done : admitted) {
-        engine_.cancel(done);
+        scheduler_.cancel(done);
         live_.erase(done);
       }
-      // The engine's messages start with the field they refuse ("prompt[1]: ...").
+      // the scheduler's messages start with the field they refuse ("prompt[1]: ...").
       const std::string what = e.what_without_backtrace();
       const std::string field = what.substr(0, what.find(':'));
       s.stream->reject(
@@ -180,7 +180,7 @@ void HttpEngine::admit(Submission s) {
   s.stream->accept();
 }
 
-void HttpEngine::on_token(const std::string& id, int64_t token) {
+void SchedulerThread::on_token(const std::string& id, int64_t token) {
   const auto it = live_.find(id);
   if (it == live_.end() || it->second.stop_matched) return;
   Live& l = it->second;
@@ -191,23 +191,23 @@ void HttpEngine::on_token(const std::string& id, int64_t token) {
   if (l.decoder) l.pending.text += l.sendable(l.decoder->push(token), /*last=*/false);
 }
 
-void HttpEngine::on_logprob(const std::string& id, const reference::TokenLogprob& logprob) {
+void SchedulerThread::on_logprob(const std::string& id, const reference::TokenLogprob& logprob) {
   const auto it = live_.find(id);
   if (it == live_.end() || it->second.stop_matched) return;
   it->second.pending.logprobs.push_back(logprob);
 }
 
-std::string HttpEngine::Live::sendable(const std::string& piece, bool last) {
+std::string SchedulerThread::Live::sendable(const std::string& piece, bool last) {
   if (!stop) return piece;
   const reference::StopText::Out out = stop->push(piece);
   stop_matched = out.stopped;
   return out.text + (last && !out.stopped ? stop->finish() : std::string());
 }
 
-void HttpEngine::after_step() {
+void SchedulerThread::after_step() {
   for (auto& [id, l] : live_) {
     if (l.stop_matched && !l.cancel_sent) {  // a stop string: no further token is needed
-      engine_.cancel(id);
+      scheduler_.cancel(id);
       l.cancel_sent = true;
     }
     if (l.pending.ids.empty()) continue;
@@ -217,7 +217,7 @@ void HttpEngine::after_step() {
   }
 }
 
-void HttpEngine::finish(const Completion& c) {
+void SchedulerThread::finish(const Completion& c) {
   const auto it = live_.find(c.id);
   if (it == live_.end()) return;
   Live& l = it->second;
@@ -239,8 +239,8 @@ void HttpEngine::finish(const Completion& c) {
   live_.erase(it);
 }
 
-void HttpEngine::publish_gauges() {
-  const int64_t waiting = engine_.waiting();
+void SchedulerThread::publish_gauges() {
+  const int64_t waiting = scheduler_.waiting();
   waiting_ = waiting;
   std::size_t inbox = 0;
   {
@@ -248,7 +248,7 @@ void HttpEngine::publish_gauges() {
     inbox = inbox_.size();
   }
   metrics_.set_gauge("statickv_queue_depth", static_cast<double>(waiting) + inbox);
-  metrics_.set_gauge("statickv_rows_in_use", static_cast<double>(engine_.live_rows()));
+  metrics_.set_gauge("statickv_rows_in_use", static_cast<double>(scheduler_.live_rows()));
 }
 
 }  // namespace statickv::serve

@@ -1,7 +1,7 @@
 #pragma once
-// statickv-serve --http's engine side: the one thread that owns the
+// statickv-serve --http's scheduler side: the one thread that owns the
 // Scheduler. HTTP handler threads hand it submissions and cancellations
-// (HttpEngine::submit, cancel); it steps the engine, decodes each row's
+// (SchedulerThread::submit, cancel); it steps the scheduler, decodes each row's
 // tokens, matches stop strings, and passes every piece to the request's
 // Stream, which its handler thread drains into the socket.
 
@@ -27,7 +27,7 @@
 namespace statickv::serve {
 
 /// One HTTP request's channel, shared by its choices: written by the
-/// engine thread, read by its handler thread.
+/// scheduler thread, read by its handler thread.
 class Stream {
  public:
   struct Piece {
@@ -35,7 +35,7 @@ class Stream {
     std::string text;
     std::vector<int64_t> ids;
     std::vector<reference::TokenLogprob> logprobs;  ///< one per id, when asked
-    reference::ServeClock::time_point produced;     ///< when the engine emitted the last id
+    reference::ServeClock::time_point produced;     ///< when the scheduler emitted the last id
   };
   struct End {
     int64_t index = 0;   ///< the choice
@@ -50,14 +50,14 @@ class Stream {
     std::vector<End> ends;
   };
 
-  // The engine thread.
+  // The scheduler thread.
   void accept();
   void reject(const ApiError& error);
   void push(Piece piece);
   void end(End end);
 
   // The handler thread.
-  /// Waits for the engine's verdict; throws the ApiError of a rejection.
+  /// Waits for the scheduler's verdict; throws the ApiError of a rejection.
   void wait_accepted();
   /// Waits up to `timeout` for pieces or ends; returns those since the
   /// last call.
@@ -71,7 +71,7 @@ class Stream {
   Batch pending_;
 };
 
-/// A request ready for the engine: one Scheduler request per choice
+/// A request ready for the scheduler: one Scheduler request per choice
 /// (prompt ids, limits, sampling; choice i's id is the i-th), its stop
 /// strings and its channel.
 struct Submission {
@@ -80,11 +80,11 @@ struct Submission {
   std::shared_ptr<Stream> stream;
 };
 
-class HttpEngine {
+class SchedulerThread {
  public:
   /// `text` may be null (no tokenizer: pieces carry ids and empty text).
-  HttpEngine(reference::Scheduler& engine, std::shared_ptr<TextTools> text, Metrics& metrics,
-             int64_t max_queue);
+  SchedulerThread(reference::Scheduler& scheduler, std::shared_ptr<TextTools> text,
+                  Metrics& metrics, int64_t max_queue);
 
   /// Any thread: queues a submission (ApiError 503 past --max-queue).
   void submit(Submission submission);
@@ -94,7 +94,7 @@ class HttpEngine {
   /// waits or runs.
   void stop(std::function<bool()> drained);
 
-  /// The engine thread: steps until stopped and drained.
+  /// The scheduler thread: steps until stopped and drained.
   void run();
 
  private:
@@ -121,7 +121,7 @@ class HttpEngine {
   void publish_gauges();
   bool should_exit();
 
-  reference::Scheduler& engine_;
+  reference::Scheduler& scheduler_;
   std::shared_ptr<TextTools> text_;
   Metrics& metrics_;
   int64_t max_queue_;
@@ -131,9 +131,9 @@ class HttpEngine {
   std::vector<Submission> inbox_;
   std::vector<std::string> cancels_;
   std::function<bool()> drained_;
-  std::atomic<int64_t> waiting_{0};  // the engine's queue, as of the last step
+  std::atomic<int64_t> waiting_{0};  // the scheduler's queue, as of the last step
 
-  std::map<std::string, Live> live_;  // the engine thread's own
+  std::map<std::string, Live> live_;  // the scheduler thread's own
 };
 
 }  // namespace statickv::serve

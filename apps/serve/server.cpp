@@ -16,8 +16,8 @@ void Server::run(Input& in) {
     Turn turn = in.poll();
     for (const std::string& line : turn.lines) handle(line, turn.now_s);
     submit_due(turn.now_s);
-    if (!engine_.idle()) {
-      engine_.step();
+    if (!scheduler_.idle()) {
+      scheduler_.step();
       write_finished();
       continue;
     }
@@ -57,7 +57,7 @@ void Server::submit(Message message, ServeClock::time_point arrival) {
     }
     message.request.arrival = arrival;
     const std::string key = message.request.id;
-    engine_.submit(std::move(message.request));
+    scheduler_.submit(std::move(message.request));
     ids_[key] = message.id;
   } catch (const c10::Error& e) {
     out_ << error_line(message.id, e.what_without_backtrace()) << std::endl;
@@ -75,7 +75,7 @@ void Server::cancel(const Message& message) {
     held_.erase(it);
     return;
   }
-  if (!engine_.cancel(message.request.id)) {
+  if (!scheduler_.cancel(message.request.id)) {
     std::fprintf(stderr, "statickv-serve: cancel %s: no such request waiting or running\n",
                  message.id.dump().c_str());
   }
@@ -95,7 +95,7 @@ ServeClock::time_point Server::at(double seconds) const {
 }
 
 void Server::write_finished() {
-  for (const reference::Completion& c : engine_.take_finished()) {
+  for (const reference::Completion& c : scheduler_.take_finished()) {
     auto it = ids_.find(c.id);
     const nlohmann::json id = it != ids_.end() ? it->second : nlohmann::json(c.id);
     if (it != ids_.end()) ids_.erase(it);

@@ -21,8 +21,8 @@ namespace statickv::serve {
 class Server {
  public:
   /// `text`: "text" in and out; null without a tokenizer.
-  Server(reference::Scheduler& engine, std::shared_ptr<TextTools> text, std::ostream& out)
-      : engine_(engine), text_(std::move(text)), out_(out) {}
+  Server(reference::Scheduler& scheduler, std::shared_ptr<TextTools> text, std::ostream& out)
+      : scheduler_(scheduler), text_(std::move(text)), out_(out) {}
 
   /// Serves until the input ends and every request has finished.
   void run(Input& in);
@@ -36,7 +36,7 @@ class Server {
   /// The time `seconds` after the start.
   reference::ServeClock::time_point at(double seconds) const;
 
-  reference::Scheduler& engine_;
+  reference::Scheduler& scheduler_;
   std::shared_ptr<TextTools> text_;
   std::ostream& out_;
   reference::ServeClock::time_point start_;

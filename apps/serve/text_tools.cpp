@@ -111,7 +111,7 @@ std::shared_ptr<TextTools> load_text_tools(const std::string& dir, bool chat) {
 #else
 
 std::shared_ptr<TextTools> load_text_tools(const std::string&, bool) {
-  throw apps::FlagError(
+  throw flags::FlagError(
       "--tokenizer: expected no tokenizer: this build has no statickv::tokenizer");
 }
 

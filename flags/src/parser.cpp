@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 
-namespace statickv::apps {
+namespace statickv::flags {
 
 namespace detail {
 
@@ -237,4 +237,4 @@ void Flags::add_setter(const std::string& name, const std::string& help, const s
       {shown, help + (says_default || value.empty() ? "" : " (default " + value + ")")});
 }
 
-}  // namespace statickv::apps
+}  // namespace statickv::flags

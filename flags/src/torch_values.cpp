@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <exception>
 
-namespace statickv::apps {
+namespace statickv::flags {
 
 at::Device parse_device(const std::string& text, const std::string& flag) {
   if (text == "auto") return torch::cuda::is_available() ? at::Device(at::kCUDA, 0) : at::kCPU;
@@ -68,4 +68,4 @@ int fail(const char* program) {
   return 2;
 }
 
-}  // namespace statickv::apps
+}  // namespace statickv::flags

@@ -26,18 +26,18 @@ const char* to_string(Finish finish) {
   return "unknown";
 }
 
-double EngineStats::occupancy() const {
+double SchedulerStats::occupancy() const {
   return steps > 0 && max_batch > 0
              ? static_cast<double>(row_steps) / static_cast<double>(steps * max_batch)
              : 0.0;
 }
 
-double EngineStats::padded_fraction() const {
+double SchedulerStats::padded_fraction() const {
   const int64_t total = real_tokens + padded_tokens;
   return total > 0 ? static_cast<double>(padded_tokens) / static_cast<double>(total) : 0.0;
 }
 
-double EngineStats::mean_step_seconds() const {
+double SchedulerStats::mean_step_seconds() const {
   return steps > 0 ? step_seconds / static_cast<double>(steps) : 0.0;
 }
 

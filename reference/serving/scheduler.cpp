@@ -33,7 +33,7 @@ struct Scheduler::State {
   std::unique_ptr<serving_detail::PrefixPool> prefix;  // null: the prefix cache is off
   std::deque<Active> waiting;
   std::vector<Completion> finished;
-  EngineStats stats;
+  SchedulerStats stats;
   double last_step_seconds = 0;  // Scheduler::last_step_seconds()
 };
 
@@ -438,7 +438,7 @@ void Scheduler::submit(Request request) {
 
 namespace {
 
-void count(EngineStats& stats, Finish finish) {
+void count(SchedulerStats& stats, Finish finish) {
   ++(finish == Finish::kCancelled ? stats.cancelled : stats.completed);
 }
 
@@ -550,8 +550,8 @@ void Scheduler::warm_up() {
   state_->engine->warm_up();
 }
 
-EngineStats Scheduler::stats() const {
-  EngineStats out = state_->stats;
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats out = state_->stats;
   if (const serving_detail::PrefixPool* p = state_->prefix.get()) {
     out.prefix_bytes = p->bytes();
     out.prefix_budget = p->budget();

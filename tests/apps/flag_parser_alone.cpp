@@ -10,8 +10,8 @@
 #include <string>
 
 int main() {
-  using statickv::apps::FlagError;
-  using statickv::apps::Flags;
+  using statickv::flags::FlagError;
+  using statickv::flags::Flags;
   int64_t len = 8;
   double temperature = 1.0;
   bool quiet = false;

@@ -14,6 +14,7 @@
 #include <vector>
 
 using namespace statickv::apps;
+namespace flags = statickv::flags;
 
 namespace {
 
@@ -22,17 +23,17 @@ template <typename Fn>
 void require_flag_error(Fn&& fn, const std::vector<std::string>& fragments) {
   try {
     fn();
-  } catch (const FlagError& e) {
+  } catch (const flags::FlagError& e) {
     const std::string what = e.what();
     INFO("message: " << what);
     for (const auto& fragment : fragments) CHECK(what.find(fragment) != std::string::npos);
     return;
   }
-  FAIL("expected a FlagError mentioning " << fragments.front());
+  FAIL("expected a flags::FlagError mentioning " << fragments.front());
 }
 
 // Flags::parse over {"prog", args...}.
-void parse(Flags& flags, std::vector<std::string> args) {
+void parse(flags::Flags& flags, std::vector<std::string> args) {
   args.insert(args.begin(), "prog");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -42,47 +43,50 @@ void parse(Flags& flags, std::vector<std::string> args) {
 }  // namespace
 
 TEST_CASE("integers are taken whole and in range, or refused naming the flag", "[flags]") {
-  CHECK(parse_int("--n", "42") == 42);
-  CHECK(parse_int("--n", "-7") == -7);
-  CHECK(parse_int("--n", "9223372036854775807") == INT64_MAX);
-  require_flag_error([] { parse_int("--n", "0.5garbage"); },
+  CHECK(flags::parse_int("--n", "42") == 42);
+  CHECK(flags::parse_int("--n", "-7") == -7);
+  CHECK(flags::parse_int("--n", "9223372036854775807") == INT64_MAX);
+  require_flag_error([] { flags::parse_int("--n", "0.5garbage"); },
                      {"--n: expected an integer but got '0.5garbage'"});
-  require_flag_error([] { parse_int("--n", ""); }, {"--n:", "got ''"});
-  require_flag_error([] { parse_int("--n", " 3"); }, {"--n:", "got ' 3'"});
-  require_flag_error([] { parse_int("--n", "0x10"); }, {"--n:", "got '0x10'"});
-  require_flag_error([] { parse_int("--n", "-3", /*min=*/0); },
+  require_flag_error([] { flags::parse_int("--n", ""); }, {"--n:", "got ''"});
+  require_flag_error([] { flags::parse_int("--n", " 3"); }, {"--n:", "got ' 3'"});
+  require_flag_error([] { flags::parse_int("--n", "0x10"); }, {"--n:", "got '0x10'"});
+  require_flag_error([] { flags::parse_int("--n", "-3", /*min=*/0); },
                      {"--n: expected an integer >= 0 but got -3"});
-  require_flag_error([] { parse_int("--n", "9", /*min=*/1, /*max=*/8); },
+  require_flag_error([] { flags::parse_int("--n", "9", /*min=*/1, /*max=*/8); },
                      {"--n: expected an integer in [1, 8] but got 9"});
-  require_flag_error([] { parse_int("--n", "99999999999999999999"); },
+  require_flag_error([] { flags::parse_int("--n", "99999999999999999999"); },
                      {"--n: expected an integer but got 99999999999999999999 (too large)"});
-  require_flag_error([] { parse_integer<int>("--n", "4294967297", /*min=*/1); },
+  require_flag_error([] { flags::parse_integer<int>("--n", "4294967297", /*min=*/1); },
                      {"--n: expected an integer >= 1 but got 4294967297 (too large)"});
 }
 
 TEST_CASE("numbers must be finite, whole and in range", "[flags]") {
-  CHECK(parse_number("--x", "0.25") == 0.25);
-  CHECK(parse_number("--x", "1e-3") == 1e-3);
-  CHECK(parse_number("--x", "1e-999") == 0.0);  // underflow: the nearest double
+  CHECK(flags::parse_number("--x", "0.25") == 0.25);
+  CHECK(flags::parse_number("--x", "1e-3") == 1e-3);
+  CHECK(flags::parse_number("--x", "1e-999") == 0.0);  // underflow: the nearest double
   for (const char* bad : {"nan", "inf", "-inf", "1e999"}) {
     INFO(bad);
-    require_flag_error([&] { parse_number("--x", bad); },
+    require_flag_error([&] { flags::parse_number("--x", bad); },
                        {"--x: expected a finite number but got " + std::string(bad)});
   }
-  require_flag_error([] { parse_number("--x", "0.5garbage"); }, {"--x:", "got '0.5garbage'"});
-  require_flag_error([] { parse_number("--x", "-1", /*min=*/0.0); },
+  require_flag_error([] { flags::parse_number("--x", "0.5garbage"); },
+                     {"--x:", "got '0.5garbage'"});
+  require_flag_error([] { flags::parse_number("--x", "-1", /*min=*/0.0); },
                      {"--x: expected a finite number >= 0 but got -1"});
 }
 
 TEST_CASE("integer lists refuse empty items and out-of-range values", "[flags]") {
-  CHECK(parse_int_list("--l", "1,16,4") == std::vector<int64_t>({1, 16, 4}));
-  require_flag_error([] { parse_int_list("--l", "1,,2"); }, {"--l: expected comma-separated"});
-  require_flag_error([] { parse_int_list("--l", "1,"); }, {"--l: expected comma-separated"});
-  require_flag_error([] { parse_int_list("--l", "2,1", /*min=*/2); }, {"--l:", ">= 2", "got 1"});
+  CHECK(flags::parse_int_list("--l", "1,16,4") == std::vector<int64_t>({1, 16, 4}));
+  require_flag_error([] { flags::parse_int_list("--l", "1,,2"); },
+                     {"--l: expected comma-separated"});
+  require_flag_error([] { flags::parse_int_list("--l", "1,"); }, {"--l: expected comma-separated"});
+  require_flag_error([] { flags::parse_int_list("--l", "2,1", /*min=*/2); },
+                     {"--l:", ">= 2", "got 1"});
 }
 
-TEST_CASE("Flags sets values, switches and choices, and knows what was given", "[flags]") {
-  Flags flags("prog", "a test");
+TEST_CASE("flags::Flags sets values, switches and choices, and knows what was given", "[flags]") {
+  flags::Flags flags("prog", "a test");
   int64_t n = 5;
   int k = 0;
   double x = 1.5;
@@ -108,8 +112,8 @@ TEST_CASE("Flags sets values, switches and choices, and knows what was given", "
   CHECK(usage.find("--k V") != std::string::npos);
 }
 
-TEST_CASE("Flags refuses unknown flags, missing values and values for switches", "[flags]") {
-  Flags flags("prog", "a test");
+TEST_CASE("flags::Flags refuses unknown flags, missing values and values for switches", "[flags]") {
+  flags::Flags flags("prog", "a test");
   int64_t n = 5;
   std::string c;
   bool on = false;
@@ -137,13 +141,13 @@ TEST_CASE("Flags refuses unknown flags, missing values and values for switches",
 }
 
 TEST_CASE("dtypes default by device and refuse unknown names", "[flags]") {
-  CHECK(parse_dtype("", at::kCPU, at::kHalf) == at::kFloat);
-  CHECK(parse_dtype("", at::Device(at::kCUDA, 0), at::kHalf) == at::kHalf);
-  CHECK(parse_dtype("bf16", at::kCPU) == at::kBFloat16);
-  CHECK(parse_dtype("float16", at::kCPU) == at::kHalf);
-  require_flag_error([] { parse_dtype("fp8", at::kCPU); }, {"--dtype:", "got 'fp8'"});
-  require_flag_error([] { parse_device("gpu"); }, {"--device: expected auto, cpu or cuda"});
-  CHECK(dtype_name(at::kBFloat16) == "bf16");
+  CHECK(flags::parse_dtype("", at::kCPU, at::kHalf) == at::kFloat);
+  CHECK(flags::parse_dtype("", at::Device(at::kCUDA, 0), at::kHalf) == at::kHalf);
+  CHECK(flags::parse_dtype("bf16", at::kCPU) == at::kBFloat16);
+  CHECK(flags::parse_dtype("float16", at::kCPU) == at::kHalf);
+  require_flag_error([] { flags::parse_dtype("fp8", at::kCPU); }, {"--dtype:", "got 'fp8'"});
+  require_flag_error([] { flags::parse_device("gpu"); }, {"--device: expected auto, cpu or cuda"});
+  CHECK(flags::dtype_name(at::kBFloat16) == "bf16");
 }
 
 namespace {

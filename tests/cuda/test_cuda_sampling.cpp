@@ -224,7 +224,7 @@ TEST_CASE("on CUDA, verification runs inside the captured verification step",
   const LlamaModel draft(config, random_weights(config, 9, at::kFloat, gpu));
   for (const LlamaModel* drafting : {static_cast<const LlamaModel*>(nullptr), &draft}) {
     INFO((drafting ? "a draft model" : "prompt lookup"));
-    EngineStats stats;
+    SchedulerStats stats;
     const auto after = test::serve_speculation(model, drafting, false);
     const auto graphed = test::serve_speculation(model, drafting, std::nullopt, &stats);
     CHECK(stats.verify_runner.failed_captures == 0);

@@ -555,10 +555,10 @@ TEST_CASE("verification inside the verification step accepts and draws what it d
   const LlamaModel draft = tiny(9);
   for (const LlamaModel* drafting : {static_cast<const LlamaModel*>(nullptr), &draft}) {
     INFO((drafting ? "a draft model" : "prompt lookup"));
-    EngineStats stats[2];
+    SchedulerStats stats[2];
     const auto after = test::serve_speculation(model, drafting, false, &stats[0]);
     const auto inside = test::serve_speculation(model, drafting, true, &stats[1]);
-    for (const EngineStats& st : stats) {
+    for (const SchedulerStats& st : stats) {
       CHECK(st.speculation.verify_steps > 0);
       CHECK(st.speculation.accepted > 0);
     }

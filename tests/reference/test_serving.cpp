@@ -321,7 +321,7 @@ void require_trace_equals_alone(const std::string& shape, CacheKind cache, uint6
   TraceRun run;
   run_trace(engine, trace_requests(seed), run);
 
-  const EngineStats stats = engine.stats();
+  const SchedulerStats stats = engine.stats();
   bool full_decode = false, small_decode = false;
   for (const KeyStats& k : stats.runner.keys) {
     INFO("runner key [" << k.key.batch << ", " << k.key.query_len << ", " << k.key.attend_len
@@ -499,7 +499,7 @@ std::vector<Request> shared_prefix_requests(uint64_t seed, int64_t count) {
 /// Serves `requests` by arrival step (every 7th cancelled a few steps after
 /// it arrives), checking after every step that the pool holds no more than
 /// its budget; returns the stats at the end.
-EngineStats serve_prefixed(Scheduler& engine, std::vector<Request> requests, TraceRun& run) {
+SchedulerStats serve_prefixed(Scheduler& engine, std::vector<Request> requests, TraceRun& run) {
   size_t next = 0;
   for (int64_t step = 0; next < requests.size() || !engine.idle(); ++step) {
     for (const auto& [id, at] : run.cancel_at) {
@@ -513,7 +513,7 @@ EngineStats serve_prefixed(Scheduler& engine, std::vector<Request> requests, Tra
     }
     engine.step();
     for (Completion& c : engine.take_finished()) run.completions[c.id] = std::move(c);
-    const EngineStats stats = engine.stats();
+    const SchedulerStats stats = engine.stats();
     REQUIRE(stats.prefix_bytes <= stats.prefix_budget);
   }
   return engine.stats();
@@ -538,7 +538,7 @@ void require_prefixed_equals_alone(const std::string& shape, CacheKind cache, in
   engine.warm_up();
   const int64_t captures = engine.stats().runner.captures;
   TraceRun run;
-  const EngineStats stats = serve_prefixed(engine, shared_prefix_requests(seed, 48), run);
+  const SchedulerStats stats = serve_prefixed(engine, shared_prefix_requests(seed, 48), run);
   INFO(shape << ": " << stats.prefix_hits << " hits, " << stats.prefix_tokens_reused
              << " tokens reused, " << stats.prefix_entries << " entries, " << stats.prefix_evictions
              << " evictions, " << stats.prefix_bytes << " of " << stats.prefix_budget << " bytes");
@@ -604,7 +604,8 @@ namespace {
 /// Four choices of one 21-token prompt (longer than a block, the window and
 /// a prefill chunk), one greedy and three seeded, submitted together, as
 /// statickv-serve submits `n`; served to the end. Returns the stats.
-EngineStats serve_choices(const LlamaModel& model, CacheKind cache, int64_t budget, TraceRun& run) {
+SchedulerStats serve_choices(const LlamaModel& model, CacheKind cache, int64_t budget,
+                             TraceRun& run) {
   Scheduler engine(model, prefix_options(cache, budget));
   std::vector<int64_t> prompt;
   for (int64_t i = 0; i < 21; ++i) prompt.push_back(9 + (i * 37) % 110);
@@ -632,8 +633,8 @@ TEST_CASE("choices of one prompt prefill it once and equal generating each alone
     INFO(shape);
     const LlamaModel model = tiny_model(shape);
     TraceRun shared, apart;
-    const EngineStats on = serve_choices(model, cache, -1, shared);
-    const EngineStats off = serve_choices(model, cache, 0, apart);
+    const SchedulerStats on = serve_choices(model, cache, -1, shared);
+    const SchedulerStats off = serve_choices(model, cache, 0, apart);
     // Three choices waited for the first one's prefill, then restored its
     // row and fed only the last prompt token themselves.
     CHECK(on.prefix_hits == 3);

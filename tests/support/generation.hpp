@@ -136,7 +136,7 @@ inline std::vector<reference::Request> sampled_speculation_requests() {
 /// engine's default). Tokens by id; `stats` gets the engine's statistics.
 inline std::map<std::string, std::vector<int64_t>> serve_speculation(
     const reference::LlamaModel& model, const reference::LlamaModel* draft,
-    std::optional<bool> head_in_step, reference::EngineStats* stats = nullptr) {
+    std::optional<bool> head_in_step, reference::SchedulerStats* stats = nullptr) {
   reference::SchedulerOptions o = static_rows(4);
   o.speculate = 3;
   o.prefix_cache_bytes = 0;

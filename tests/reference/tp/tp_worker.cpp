@@ -58,7 +58,7 @@ class FailingCommunicator final : public sr::Communicator {
 
 Options parse(int argc, char** argv) {
   Options o;
-  statickv::apps::Flags flags("statickv_tp_worker", "greedy decoding, tensor-parallel");
+  statickv::flags::Flags flags("statickv_tp_worker", "greedy decoding, tensor-parallel");
   flags.add("--checkpoint", &o.checkpoint, "a Hugging Face checkpoint directory");
   flags.add("--out", &o.out, "safetensors file rank 0 writes");
   flags.add("--tp", &o.tp, "ranks to spawn when no launcher environment is set", 1, 64);
@@ -75,7 +75,7 @@ Options parse(int argc, char** argv) {
 }
 
 void run(const Options& o, const std::optional<sr::Rendezvous>& where) {
-  statickv::apps::set_threads(1);
+  statickv::flags::set_threads(1);
   sr::TpShard shard;
   sr::LoadOptions load;
   if (where) {
@@ -124,6 +124,6 @@ int main(int argc, char** argv) {
     run(o, where);
     return 0;
   } catch (...) {
-    return statickv::apps::fail("statickv_tp_worker");
+    return statickv::flags::fail("statickv_tp_worker");
   }
 }

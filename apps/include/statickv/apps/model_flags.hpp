@@ -21,7 +21,7 @@
 
 namespace statickv::apps {
 
-inline void add_model_flags(Flags& flags, std::string* checkpoint, std::string* shape) {
+inline void add_model_flags(flags::Flags& flags, std::string* checkpoint, std::string* shape) {
   flags.add("--checkpoint DIR", checkpoint,
             "Hugging Face checkpoint (config.json + *.safetensors); default: --shape with seeded "
             "random weights");
@@ -41,7 +41,7 @@ struct SpeculationFlags {
   bool draft_model() const { return !draft_checkpoint.empty() || !draft_shape.empty(); }
 };
 
-inline void add_speculation_flags(Flags& flags, SpeculationFlags* s) {
+inline void add_speculation_flags(flags::Flags& flags, SpeculationFlags* s) {
   flags.add("--speculate N", &s->speculate,
             "speculative decoding: up to N draft tokens per row, verified in one step of N + 1 "
             "query tokens (default 0 = off); drafts by prompt lookup (n-grams of the row's own "
@@ -58,16 +58,17 @@ inline void add_speculation_flags(Flags& flags, SpeculationFlags* s) {
 /// `cache`: the --cache value ("" = the program's default).
 inline void check_speculation_flags(const SpeculationFlags& s, const std::string& cache) {
   if (!s.draft_checkpoint.empty() && !s.draft_shape.empty()) {
-    throw FlagError(
+    throw flags::FlagError(
         "--draft-shape: expected no --draft-shape with --draft-checkpoint (one draft "
         "model)");
   }
   if (s.draft_model() && s.speculate == 0) {
-    throw FlagError(std::string(s.draft_shape.empty() ? "--draft-checkpoint" : "--draft-shape") +
-                    ": expected --speculate N >= 1 with a draft model but got --speculate 0");
+    throw flags::FlagError(
+        std::string(s.draft_shape.empty() ? "--draft-checkpoint" : "--draft-shape") +
+        ": expected --speculate N >= 1 with a draft model but got --speculate 0");
   }
   if (s.speculate > 0 && cache == "dynamic") {
-    throw FlagError(
+    throw flags::FlagError(
         "--speculate: expected --cache static or hybrid (rejected drafts are rolled back) but got "
         "--cache dynamic");
   }
@@ -101,7 +102,7 @@ struct TpFlags {
   bool check = false;
 };
 
-inline void add_tp_flags(Flags& flags, TpFlags* tp) {
+inline void add_tp_flags(flags::Flags& flags, TpFlags* tp) {
   flags.add("--tp N", &tp->tp,
             "tensor-parallel ranks: starts N copies of this program on this machine (Gloo on "
             "the CPU over 127.0.0.1, NCCL on GPUs); a launcher's RANK, WORLD_SIZE, MASTER_ADDR, "
@@ -130,11 +131,12 @@ struct TpRole {
 inline void check_tp_flags(const TpFlags& flags) {
   if (flags.tp > 1 || std::getenv("WORLD_SIZE") != nullptr) return;
   if (flags.vocab_parallel) {
-    throw FlagError(
+    throw flags::FlagError(
         "--vocab-parallel: expected --tp N > 1 (a single process holds the whole LM "
         "head)");
   }
-  if (flags.check) throw FlagError("--tp-check: expected --tp N > 1 (one process cannot diverge)");
+  if (flags.check)
+    throw flags::FlagError("--tp-check: expected --tp N > 1 (one process cannot diverge)");
 }
 
 inline TpRole start_tp(const TpFlags& flags, int argc, char** argv, at::Device device) {
@@ -150,8 +152,9 @@ inline TpRole start_tp(const TpFlags& flags, int argc, char** argv, at::Device d
   }
   if (!where) return role;
   if (flags.tp > 1 && flags.tp != where->world) {
-    throw FlagError("--tp: expected " + std::to_string(where->world) +
-                    " (the launcher's WORLD_SIZE) or no --tp but got " + std::to_string(flags.tp));
+    throw flags::FlagError("--tp: expected " + std::to_string(where->world) +
+                           " (the launcher's WORLD_SIZE) or no --tp but got " +
+                           std::to_string(flags.tp));
   }
   if (device.is_cuda()) {
     role.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(where->local_rank));
@@ -166,7 +169,7 @@ inline TpRole start_tp(const TpFlags& flags, int argc, char** argv, at::Device d
 #else
   (void)argc, (void)argv, (void)device;
   if (flags.tp > 1 || std::getenv("WORLD_SIZE") != nullptr) {
-    throw FlagError(
+    throw flags::FlagError(
         "--tp: expected 1 in this build (built without statickv::tp: no Gloo "
         "headers, Debian's libgloo-dev) but got " +
         std::to_string(flags.tp));
@@ -183,10 +186,11 @@ inline TpRole start_tp(const TpFlags& flags, int argc, char** argv, at::Device d
 /// every rank would have to draft, verify and roll back alike).
 inline void check_tp_with_speculation(const TpFlags& tp, const SpeculationFlags& s) {
   if (s.speculate > 0 && (tp.tp > 1 || std::getenv("WORLD_SIZE") != nullptr)) {
-    throw FlagError("--speculate: expected --speculate 0 with --tp " + std::to_string(tp.tp) +
-                    " (speculative decoding across tensor-parallel ranks is not supported) but "
-                    "got --speculate " +
-                    std::to_string(s.speculate));
+    throw flags::FlagError(
+        "--speculate: expected --speculate 0 with --tp " + std::to_string(tp.tp) +
+        " (speculative decoding across tensor-parallel ranks is not supported) but "
+        "got --speculate " +
+        std::to_string(s.speculate));
   }
 }
 

@@ -12,7 +12,7 @@
 namespace statickv::apps {
 
 /// --kv-dtype: the cache's stored type, parsed by parse_kv_storage.
-inline void add_kv_dtype(Flags& flags, std::string* target) {
+inline void add_kv_dtype(flags::Flags& flags, std::string* target) {
   flags.add_choice("--kv-dtype T", target, {"compute", "int8", "fp8"},
                    "stored type of the KV cache: compute (the --dtype, default), int8 or fp8 "
                    "(e4m3), one scale per token and kv head; the views are dequantized into one "
@@ -22,7 +22,7 @@ inline void add_kv_dtype(Flags& flags, std::string* target) {
 /// --offload: the cache's keys and values in host memory (pinned on
 /// CUDA), two layers' worth staged on the device (CacheConfig::
 /// host_offload); check_offload_flags() refuses what it does not serve.
-inline void add_offload(Flags& flags, bool* target) {
+inline void add_offload(flags::Flags& flags, bool* target) {
   flags.add_switch("--offload", target,
                    "keep the KV cache in host memory (pinned on cuda) and stream each layer's "
                    "attended range into two device staging buffers (CacheConfig::host_offload)");
@@ -42,18 +42,18 @@ inline void check_offload_flags(bool offload, const std::string& kv_dtype, const
                                 const std::string& cache) {
   if (!offload) return;
   if (parse_kv_storage(kv_dtype) != KvStorage::kCompute) {
-    throw FlagError(
+    throw flags::FlagError(
         "--kv-dtype: expected compute with --offload (offloaded storage holds the "
         "compute dtype) but got " +
         kv_dtype);
   }
   if (path == "fused") {
-    throw FlagError(
+    throw flags::FlagError(
         "--path: expected plain or auto with --offload (the fused rotary write targets "
         "device buffers) but got fused");
   }
   if (cache == "dynamic") {
-    throw FlagError(
+    throw flags::FlagError(
         "--cache: expected static or hybrid with --offload (it offloads a "
         "preallocated cache) but got dynamic");
   }

@@ -33,7 +33,7 @@
 #include <utility>
 #include <vector>
 
-namespace statickv::apps {
+namespace statickv::flags {
 
 /// A command line the program cannot honour; fail() prints it, exit status 2.
 class FlagError : public std::invalid_argument {
@@ -179,4 +179,4 @@ class Flags {
   std::vector<std::pair<std::string, std::string>> usage_;
 };
 
-}  // namespace statickv::apps
+}  // namespace statickv::flags

@@ -11,7 +11,7 @@
 
 #include <string>
 
-namespace statickv::apps {
+namespace statickv::flags {
 
 /// "auto" (CUDA when available), "cpu" or "cuda".
 at::Device parse_device(const std::string& text, const std::string& flag = "--device");
@@ -35,4 +35,4 @@ void set_threads(int threads);
 /// without its C++ backtrace) to stderr and returns exit status 2.
 int fail(const char* program);
 
-}  // namespace statickv::apps
+}  // namespace statickv::flags

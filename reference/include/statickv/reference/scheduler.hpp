@@ -117,7 +117,7 @@ struct SchedulerOptions : EngineSettings {
   int64_t prefix_block = 16;
 };
 
-struct EngineStats {
+struct SchedulerStats {
   int64_t max_batch = 0;
   int64_t steps = 0;
   int64_t mixed_steps = 0;    ///< steps with a prefill call and a decode call
@@ -177,7 +177,7 @@ class Scheduler {
   /// later arrival pattern captures again.
   void warm_up();
 
-  EngineStats stats() const;
+  SchedulerStats stats() const;
   /// The options in force (defaults resolved).
   const SchedulerOptions& options() const;
   const Cache& cache() const;
