@@ -79,7 +79,7 @@ at::Tensor draft_grid(const StepInputs& in, const at::Device& device, int64_t vo
 }  // namespace
 
 at::Tensor run_pass(const LlamaModel& model, GraphRunner* runner, AttentionBackend& backend,
-                    const StepInputs& in, Logits which) {
+                    const StepInputs& in, Logits which, RunnerInputs inputs) {
   const at::Device device = model.device();
   // On the CPU the host inputs are used as they are; to a GPU they go from
   // pinned memory without waiting for the stream (a pageable copy syncs).
@@ -88,13 +88,14 @@ at::Tensor run_pass(const LlamaModel& model, GraphRunner* runner, AttentionBacke
     return device.is_cuda() ? t.pin_memory().to(device, /*non_blocking=*/true) : t.to(device);
   };
   const at::Tensor ids = on_device(in.ids), pos = on_device(in.positions);
-  if (runner && runner->input_count() > 2) {
+  if (runner && inputs != RunnerInputs::kTokens) {
     // The head's takes ride in every column of their row (the step reads column 0).
     const at::Tensor takes = in.takes.defined() ? in.takes : at::zeros_like(in.ids.select(1, 0));
     const at::Tensor grid = takes.view({-1, 1}).expand_as(in.ids).contiguous();
     std::vector<at::Tensor> args = {ids, pos, on_device(grid)};
-    if (runner->input_count() == 4)
+    if (inputs == RunnerInputs::kTakesAndDrafts) {
       args.push_back(draft_grid(in, device, model.config().vocab_size));
+    }
     return runner->run(args, in.attend)[0];
   }
   if (runner) return runner->run({ids, pos}, in.attend)[0];
@@ -184,17 +185,21 @@ void Engine::check_buckets() const {
 // in the scratch slot (Invariant [scratch slot]).
 void Engine::build_runners() {
   const EngineOptions& o = options_;
-  const std::vector<InputSpec> inputs = {{"ids", at::kLong, {}, 0},
-                                         {"positions", at::kLong, {}, -1}};
-  std::vector<InputSpec> picking = inputs;
-  if (head_in_step_) picking.push_back({"takes", at::kLong, {}, 0});
+  const int64_t vocab = model_.config().vocab_size;
+  picking_ = head_in_step_ ? RunnerInputs::kTakes : RunnerInputs::kTokens;
+  verifying_ = !head_in_step_  ? RunnerInputs::kTokens
+               : o.draft_model ? RunnerInputs::kTakesAndDrafts
+                               : RunnerInputs::kTakes;
+  const std::vector<InputSpec> picking = input_specs(picking_, vocab);
   // A picking step ends with the head's pick over each row's newest logits
   // (Note [sampling head]): padded rows take nothing, so warm-up runs and
   // passes without takes change none of the head's state.
   auto step_of = [this](Logits logits) -> GraphRunner::StepFn {
     return [this, logits](const std::vector<at::Tensor>& in, const GraphKey& key) {
       at::Tensor out = model_.forward(in[0], in[1], *backend_, key.attend_len, logits);
-      if (in.size() == 3) head_->pick_all(newest_logits(out), in[2].select(1, 0));
+      if (picking_ == RunnerInputs::kTakes) {
+        head_->pick_all(newest_logits(out), in[2].select(1, 0));
+      }
       return std::vector<at::Tensor>{out};
     };
   };
@@ -209,7 +214,8 @@ void Engine::build_runners() {
   }
   if (o.speculate > 0) {
     ro.query_buckets = ShapeBuckets::of({o.speculate + 1});
-    verify_runner_ = std::make_unique<GraphRunner>(verifying_inputs(), verify_step(), ro);
+    verify_runner_ =
+        std::make_unique<GraphRunner>(input_specs(verifying_, vocab), verify_step(), ro);
   }
   // Prefill keeps each row's newest logits only: [B, vocab] per key.
   ro.query_buckets = *o.prompt_buckets;
@@ -217,13 +223,13 @@ void Engine::build_runners() {
   prefill_runner_ = std::make_unique<GraphRunner>(picking, step_of(Logits::kLast), ro);
 }
 
-// The verification runner's inputs: with the head inside its step, each
-// row's takes and, with a draft model, the drafts' distributions.
-std::vector<InputSpec> Engine::verifying_inputs() const {
+// A runner's inputs: ids and positions; with the head inside its step, each
+// row's takes; verifying with a draft model, the drafts' distributions.
+std::vector<InputSpec> Engine::input_specs(RunnerInputs inputs, int64_t vocab) {
   std::vector<InputSpec> in = {{"ids", at::kLong, {}, 0}, {"positions", at::kLong, {}, -1}};
-  if (!head_in_step_) return in;
+  if (inputs == RunnerInputs::kTokens) return in;
   in.push_back({"takes", at::kLong, {}, 0});
-  if (options_.draft_model) in.push_back({"q", at::kFloat, {model_.config().vocab_size}, 0.0});
+  if (inputs == RunnerInputs::kTakesAndDrafts) in.push_back({"q", at::kFloat, {vocab}, 0.0});
   return in;
 }
 
@@ -233,9 +239,10 @@ std::vector<InputSpec> Engine::verifying_inputs() const {
 GraphRunner::StepFn Engine::verify_step() {
   return [this](const std::vector<at::Tensor>& in, const GraphKey& key) {
     at::Tensor out = model_.forward(in[0], in[1], *backend_, key.attend_len, Logits::kAll);
-    if (in.size() > 2) {
+    if (verifying_ != RunnerInputs::kTokens) {
       const int64_t k = in[0].size(1) - 1;
-      const at::Tensor q = in.size() == 4 ? in[3].narrow(1, 1, k) : at::Tensor();
+      const at::Tensor q =
+          verifying_ == RunnerInputs::kTakesAndDrafts ? in[3].narrow(1, 1, k) : at::Tensor();
       head_->verify_all(out.to(at::kFloat), in[0], in[1], in[2].select(1, 0), q);
     }
     return std::vector<at::Tensor>{out};
@@ -254,8 +261,12 @@ GraphRunner* Engine::runner(Pass pass) const {
   return nullptr;
 }
 
+RunnerInputs Engine::runner_inputs(Pass pass) const {
+  return pass == Pass::kVerify ? verifying_ : picking_;
+}
+
 at::Tensor Engine::run(Pass pass, const StepInputs& in, Logits which) {
-  return run_pass(model_, runner(pass), *backend_, in, which);
+  return run_pass(model_, runner(pass), *backend_, in, which, runner_inputs(pass));
 }
 
 namespace {

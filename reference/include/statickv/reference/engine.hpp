@@ -71,12 +71,23 @@ class StepPacker {
   int64_t attend_ = 1, real_ = 0;
 };
 
+/// What a runner's step takes besides the ids and positions, named when
+/// the runner is built: the step and run_pass read it, so neither counts
+/// inputs to know.
+enum class RunnerInputs {
+  kTokens,          ///< ids and positions only
+  kTakes,           ///< and each row's take (the sampling head picks inside the step)
+  kTakesAndDrafts,  ///< and, verifying, the draft model's distributions
+};
+
 /// The one runner-or-eager dispatch: moves `in` to the model's device, then
-/// runs `runner` when there is one (it pads to its buckets; a runner with a
-/// third input gets in.takes, zeros when undefined) or the model's eager
-/// forward through `backend`. Returns the model's logits.
+/// runs `runner` when there is one (it pads to its buckets), with what
+/// `inputs` names (takes: in.takes, zeros when undefined; drafts: in.draft_q
+/// after a zero row), or the model's eager forward through `backend`.
+/// Returns the model's logits.
 at::Tensor run_pass(const LlamaModel& model, GraphRunner* runner, AttentionBackend& backend,
-                    const StepInputs& in, Logits which);
+                    const StepInputs& in, Logits which,
+                    RunnerInputs inputs = RunnerInputs::kTokens);
 
 /// The passes an Engine runs, each through its own runner when bucketed.
 enum class Pass {
@@ -179,6 +190,8 @@ class Engine {
   int64_t prefill_chunk() const { return chunk_; }
   /// The runner `pass` goes through (nullptr: eager, or no such pass).
   GraphRunner* runner(Pass pass) const;
+  /// What that runner's step takes besides ids and positions.
+  RunnerInputs runner_inputs(Pass pass) const;
 
   /// One target pass (run_pass through runner(pass)).
   at::Tensor run(Pass pass, const StepInputs& in, Logits which);
@@ -209,7 +222,7 @@ class Engine {
   void check_buckets() const;
   void resolve_head_in_step();
   void build_runners();
-  std::vector<InputSpec> verifying_inputs() const;
+  static std::vector<InputSpec> input_specs(RunnerInputs inputs, int64_t vocab);
   GraphRunner::StepFn verify_step();
 
   const LlamaModel& model_;
@@ -222,6 +235,7 @@ class Engine {
   std::unique_ptr<GraphRunner> prefill_runner_, decode_runner_, verify_runner_;
   SamplingHead* head_ = nullptr;
   bool head_in_step_ = false;
+  RunnerInputs picking_ = RunnerInputs::kTokens, verifying_ = RunnerInputs::kTokens;
 };
 
 }  // namespace statickv::reference
