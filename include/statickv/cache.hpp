@@ -271,7 +271,7 @@ class Cache {
   void plan_fused(StepPlan& step, const at::Tensor& pos, int64_t attend);
   std::shared_ptr<detail::LazyPlan> lazy_plan(const at::Tensor& sane, int64_t live_batch) const;
   StepPlan::GroupPlan plan_group(const LayerGroup& group, StepPlan& step, const at::Tensor& slots,
-                                 int64_t attend) const;
+                                 int64_t attend, const at::Tensor& flat_index = {}) const;
 
   CacheConfig config_;
   std::vector<LayerGroup> groups_;

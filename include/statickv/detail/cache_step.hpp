@@ -117,19 +117,11 @@ STATICKV_CACHE_FN void Cache::plan_fused(StepPlan& step, const at::Tensor& pos, 
     d.ring = policy.slot_ring();
     d.scratch = policy.scratch_slot();
     d.view_len = policy.view_len(attend);
-    StepPlan::GroupPlan planned;
-    planned.view_len = d.view_len;
-    planned.slots = step.per_row_ ? d.slots : d.slots.view({1});
-    planned.flat_index = d.flat_index;
-    step.groups_.push_back(planned);
-    detail::LazyGroup lazy;
-    lazy.slot_positions = group.slot_positions;
-    lazy.view_len = d.view_len;
-    lazy.window = policy.window();
+    step.groups_.push_back(plan_group(group, step, d.slots, attend, d.flat_index));
+    detail::LazyGroup& lazy = step.lazy_->groups.back();  // the kernel writes its varlen rows
     lazy.varlen.cum_seq_q = arange32_.narrow(0, 0, b + 1);
     lazy.varlen.seqused_k = d.seqused_k;
     lazy.varlen_built = true;
-    step.lazy_->groups.push_back(std::move(lazy));
     p.groups.push_back(std::move(d));
   }
   detail::prepare_fault_point(detail::PreparePoint::kBeforeBookkeeping);
@@ -306,10 +298,11 @@ STATICKV_CACHE_FN void Cache::advance(StepPlan& step, const at::Tensor& sane,
 }
 
 // One layer type's part of a step: the flat write index for per-row
-// positions, and what its lazily built masks need (Note [lazy masks]).
+// positions (`flat_index` when the decode prepare's kernel wrote it, else
+// computed here), and what its lazily built masks need (Note [lazy masks]).
 STATICKV_CACHE_FN StepPlan::GroupPlan Cache::plan_group(const LayerGroup& group, StepPlan& step,
-                                                        const at::Tensor& slots,
-                                                        int64_t attend) const {
+                                                        const at::Tensor& slots, int64_t attend,
+                                                        const at::Tensor& flat_index) const {
   const LayerPolicy& policy = *group.policy;
   const int64_t b = step.live_batch_;
   StepPlan::GroupPlan planned;
@@ -321,7 +314,9 @@ STATICKV_CACHE_FN StepPlan::GroupPlan Cache::plan_group(const LayerGroup& group,
   step.lazy_->groups.push_back(std::move(lazy));
   if (step.per_row_) {
     planned.slots = slots;
-    planned.flat_index = group.row_head_base.narrow(0, 0, b).add(slots.unsqueeze(1)).view(-1);
+    planned.flat_index = flat_index.defined()
+                             ? flat_index
+                             : group.row_head_base.narrow(0, 0, b).add(slots.unsqueeze(1)).view(-1);
   } else {
     planned.slots = slots.squeeze(0);
   }
