@@ -12,7 +12,7 @@
 
 #include <statickv/graph_runner.hpp>
 #include <statickv/kernel_switches.hpp>
-#include <statickv/reference/sampling.hpp>
+#include <statickv/sampling/head.hpp>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -1,22 +1,37 @@
 #pragma once
 // statickv-serve's reads of JSON request fields, shared by the JSON lines
-// (protocol.cpp) and the HTTP API (openai.cpp): the project's one field
-// reader (statickv/json/field_reader.hpp) and the sampling head's fields
-// both front ends take alike (docs/serving.md). `Json` is nlohmann::json or
-// nlohmann::ordered_json.
+// (lines/protocol.cpp) and the HTTP API (http/request.cpp): the project's one field
+// reader (statickv/json/field_reader.hpp) and the one list of the sampling
+// fields both front ends take alike (RequestReader::fields(); docs/serving.md,
+// "Sampling fields"). `Json` is nlohmann::json or nlohmann::ordered_json.
 
 #include <statickv/json/field_reader.hpp>
-#include <statickv/reference/sampling.hpp>
+#include <statickv/sampling/sampling.hpp>
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace statickv::serve {
+
+/// The sampling fields of one request as its body gave them.
+struct SamplingFields {
+  reference::Sampling values;  ///< the given fields set, the rest at Sampling's defaults
+  /// The fields whose default is the server's to choose (HTTP takes the
+  /// checkpoint's generation defaults): set only when given.
+  std::optional<double> temperature, top_p;
+  std::optional<int64_t> top_k;
+  std::optional<uint64_t> seed;
+  bool ignore_eos = false;  ///< the model's eos ids do not end the request
+};
 
 /// statickv::json::FieldReader (the one field reader) plus the fields both
 /// front ends read alike.
@@ -52,25 +67,77 @@ class RequestReader : public ::statickv::json::FieldReader<Json> {
     return out;
   }
 
-  /// The head's fields (docs/sampling.md) both front ends take: min_p,
-  /// repetition, presence and frequency penalties, logit_bias, min_tokens.
-  /// Absent or null leaves `s` as it is; their ranges are the head's to
-  /// refuse (check_sampling, naming the field). Returns ignore_eos.
-  bool read_head_fields(const Json& body, reference::Sampling& s) const {
-    if (given(body, "min_p")) s.min_p = number(body["min_p"], "min_p");
-    if (given(body, "repetition_penalty")) {
-      s.repetition_penalty = number(body["repetition_penalty"], "repetition_penalty");
+  /// Every sampling field of `body` (the list is sampling_fields()):
+  /// absent or null is not given. What a field alone can refuse is refused
+  /// here, naming it; the rest is the head's to refuse (check_sampling).
+  SamplingFields read_sampling(const Json& body) const {
+    SamplingFields out;
+    for (const Field& f : fields()) {
+      if (!given(body, f.name)) continue;
+      f.read(*this, body[f.name], f.name, out);
     }
-    if (given(body, "presence_penalty")) {
-      s.presence_penalty = number(body["presence_penalty"], "presence_penalty");
-    }
-    if (given(body, "frequency_penalty")) {
-      s.frequency_penalty = number(body["frequency_penalty"], "frequency_penalty");
-    }
-    if (given(body, "logit_bias")) s.logit_bias = logit_bias(body["logit_bias"]);
-    if (given(body, "min_tokens")) s.min_tokens = integer(body["min_tokens"], "min_tokens");
-    return given(body, "ignore_eos") && boolean(body["ignore_eos"], "ignore_eos");
+    return out;
+  }
+
+  /// One sampling field: its name, spelled here once, and its reader.
+  struct Field {
+    const char* name;
+    void (*read)(const RequestReader&, const Json& v, const std::string& name, SamplingFields& out);
+  };
+
+  /// The sampling fields both fronts take (docs/serving.md, "Sampling
+  /// fields"): the one list of them.
+  static const std::vector<Field>& fields() {
+    using R = RequestReader;
+    using S = SamplingFields;
+    static const std::vector<Field> list = {
+        {"temperature",
+         [](const R& r, const Json& v, const std::string& n, S& o) {
+           o.temperature = o.values.temperature = r.number(v, n);
+           if (*o.temperature < 0) r.refuse(n, "a number >= 0 (0 = greedy)", v);
+         }},
+        {"top_p",
+         [](const R& r, const Json& v, const std::string& n, S& o) {
+           o.top_p = o.values.top_p = r.number(v, n);
+           if (*o.top_p <= 0 || *o.top_p > 1) r.refuse(n, "a number in (0, 1]", v);
+         }},
+        {"top_k",
+         [](const R& r, const Json& v, const std::string& n, S& o) {
+           const int64_t k = r.integer(v, n);
+           if (k < -1) r.refuse(n, "an integer >= 0 (0 or -1 = no filter)", v);
+           o.top_k = o.values.top_k = std::max<int64_t>(k, 0);
+         }},
+        {"seed",
+         [](const R& r, const Json& v, const std::string& n, S& o) {
+           const int64_t seed = r.integer(v, n);
+           if (seed < 0) r.refuse(n, "an integer >= 0", v);
+           o.seed = o.values.seed = static_cast<uint64_t>(seed);
+         }},
+        {"min_p", [](const R& r, const Json& v, const std::string& n,
+                     S& o) { o.values.min_p = r.number(v, n); }},
+        {"repetition_penalty", [](const R& r, const Json& v, const std::string& n,
+                                  S& o) { o.values.repetition_penalty = r.number(v, n); }},
+        {"presence_penalty", [](const R& r, const Json& v, const std::string& n,
+                                S& o) { o.values.presence_penalty = r.number(v, n); }},
+        {"frequency_penalty", [](const R& r, const Json& v, const std::string& n,
+                                 S& o) { o.values.frequency_penalty = r.number(v, n); }},
+        {"logit_bias", [](const R& r, const Json& v, const std::string&,
+                          S& o) { o.values.logit_bias = r.logit_bias(v); }},
+        {"min_tokens", [](const R& r, const Json& v, const std::string& n,
+                          S& o) { o.values.min_tokens = r.integer(v, n); }},
+        {"ignore_eos", [](const R& r, const Json& v, const std::string& n,
+                          S& o) { o.ignore_eos = r.boolean(v, n); }},
+    };
+    return list;
   }
 };
+
+/// The sampling fields' names, in the list's order: what each front's
+/// known-field check and its documentation take from the one list.
+inline std::vector<std::string> sampling_field_names() {
+  std::vector<std::string> names;
+  for (const auto& f : RequestReader<nlohmann::json>::fields()) names.emplace_back(f.name);
+  return names;
+}
 
 }  // namespace statickv::serve

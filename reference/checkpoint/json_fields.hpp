@@ -1,23 +1,20 @@
 #pragma once
-// Private to reference/checkpoint: reading files, and JSON fields through
-// the one field reader (statickv/json/field_reader.hpp) with errors that
-// name the file and the field ("config.json: vocab_size: expected an
-// integer but got ..."), for config.json, sharded indexes and safetensors
+// Private to reference/checkpoint: reading files through the one opener
+// (statickv/json/file.hpp), and JSON fields through the one field reader
+// (statickv/json/field_reader.hpp) with errors that name the file and the field ("config.json:
+// vocab_size: expected an integer but got ..."), for config.json, sharded indexes and safetensors
 // headers.
 
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 #include <statickv/json/field_reader.hpp>
+#include <statickv/json/file.hpp>
 
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,32 +22,20 @@ namespace statickv::reference::detail {
 
 using Json = nlohmann::json;
 
+/// json/file.hpp's failures as c10::Errors.
+inline void fail_with_c10_error(const std::string& message) { TORCH_CHECK(false, message); }
+
 inline std::string read_text_file(const std::string& path) {
-  TORCH_CHECK(std::filesystem::is_regular_file(path), path,
-              ": expected an existing file but got none");
-  std::ifstream in(path, std::ios::binary);
-  TORCH_CHECK(in, path, ": expected a readable file but got: ", std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  TORCH_CHECK(!in.bad(), path, ": expected a readable file but got a read error");
-  return text.str();
+  return ::statickv::json::read_text_file(path, fail_with_c10_error);
 }
 
 inline Json parse_json(const std::string& path, const char* begin, const char* end,
                        const char* what) {
-  try {
-    return Json::parse(begin, end);
-  } catch (const Json::exception& e) {
-    TORCH_CHECK(false, path, ": expected ", what, " but got invalid JSON: ", e.what());
-  }
-  return Json();  // unreachable
+  return ::statickv::json::parse_json<Json>(path, begin, end, what, fail_with_c10_error);
 }
 
 inline Json parse_json_file(const std::string& path) {
-  const std::string text = read_text_file(path);
-  Json json = parse_json(path, text.data(), text.data() + text.size(), "a JSON object");
-  TORCH_CHECK(json.is_object(), path, ": expected a JSON object but got ", json.type_name());
-  return json;
+  return ::statickv::json::read_json_file<Json>(path, fail_with_c10_error);
 }
 
 inline bool has(const Json& object, const char* key) {

@@ -6,7 +6,7 @@
 #include <statickv/reference/engine.hpp>
 #include <statickv/reference/generator.hpp>
 
-#include <statickv/reference/sampling.hpp>
+#include <statickv/sampling/head.hpp>
 
 #include <ATen/ATen.h>
 

@@ -1,9 +1,11 @@
-// The Scheduler's requests: the checks a request passes before it is queued,
-// the pick of a row's next token, and a finished request's completion.
+// The Scheduler's requests: the checks a request passes before it is queued
+// (each refusal a FieldError naming its field), the pick of a row's next
+// token, and a finished request's completion.
 
 #include "state.hpp"
 
-#include <statickv/reference/sampling.hpp>
+#include <statickv/sampling/head.hpp>
+#include <statickv/support/field_error.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
@@ -47,8 +49,8 @@ namespace {
 
 void check_ids(const char* field, const std::vector<int64_t>& ids, int64_t vocab) {
   for (size_t t = 0; t < ids.size(); ++t) {
-    TORCH_CHECK(ids[t] >= 0 && ids[t] < vocab, field, "[", t,
-                "]: expected a token id in [0, vocab_size=", vocab, ") but got ", ids[t]);
+    STATICKV_CHECK_FIELD_AT(ids[t] >= 0 && ids[t] < vocab, field, t,
+                            "expected a token id in [0, vocab_size=", vocab, ") but got ", ids[t]);
   }
 }
 
@@ -61,9 +63,9 @@ void check_speculation(const Request& r, int64_t speculate) {
   if (speculate == 0) return;
   const Sampling& s = r.sampling;
   const auto refuse = [&](bool used, const char* field) {
-    TORCH_CHECK(!used, field, ": expected its default with speculate=", speculate,
-                " (speculative verification applies a row's settings as the step starts) but got "
-                "another value");
+    STATICKV_CHECK_FIELD(!used, field, "expected its default with speculate=", speculate,
+                         " (speculative verification applies a row's settings as the step "
+                         "starts) but got another value");
   };
   refuse(s.repetition_penalty != 1.0, "repetition_penalty");
   refuse(s.presence_penalty != 0.0, "presence_penalty");
@@ -76,29 +78,30 @@ void check_speculation(const Request& r, int64_t speculate) {
 
 Active checked_request(Request request, const ModelConfig& model, int64_t max_len,
                        const SamplingHeadOptions& head, int64_t speculate) {
-  TORCH_CHECK(!request.id.empty(), "id: expected a non-empty id but got an empty one");
+  STATICKV_CHECK_FIELD(!request.id.empty(), "id", "expected a non-empty id but got an empty one");
   const int64_t len = static_cast<int64_t>(request.prompt.size());
-  TORCH_CHECK(len >= 1, "prompt: expected at least one token but got none");
+  STATICKV_CHECK_FIELD(len >= 1, "prompt", "expected at least one token but got none");
   check_ids("prompt", request.prompt, model.vocab_size);
-  TORCH_CHECK(request.max_new_tokens >= 1, "max_new_tokens: expected >= 1 but got ",
-              request.max_new_tokens);
+  STATICKV_CHECK_FIELD(request.max_new_tokens >= 1, "max_new_tokens", "expected >= 1 but got ",
+                       request.max_new_tokens);
   // Compared as max_new_tokens <= max_len - len: the sum may not fit in int64.
-  TORCH_CHECK(len <= max_len && request.max_new_tokens <= max_len - len,
-              "max_new_tokens: expected prompt length + max_new_tokens <= max_len=", max_len,
-              " but got ", len, " + ", request.max_new_tokens);
+  STATICKV_CHECK_FIELD(len <= max_len && request.max_new_tokens <= max_len - len, "max_new_tokens",
+                       "expected prompt length + max_new_tokens <= max_len=", max_len, " but got ",
+                       len, " + ", request.max_new_tokens);
   const Sampling& s = request.sampling;
   check_sampling(s, model.vocab_size, head.max_bias, head.max_logprobs);
-  TORCH_CHECK(request.prompt_logprobs >= -1 && request.prompt_logprobs <= head.max_logprobs,
-              "prompt_logprobs: expected -1 (none) or 0..", head.max_logprobs,
-              " alternatives but got ", request.prompt_logprobs);
+  STATICKV_CHECK_FIELD(
+      request.prompt_logprobs >= -1 && request.prompt_logprobs <= head.max_logprobs,
+      "prompt_logprobs", "expected -1 (none) or 0..", head.max_logprobs, " alternatives but got ",
+      request.prompt_logprobs);
   check_speculation(request, speculate);
   if (request.stop) check_ids("stop", *request.stop, model.vocab_size);
 
   Active active;
   active.stop = request.stop ? *request.stop : model.eos_token_ids;
-  TORCH_CHECK(s.min_tokens == 0 || static_cast<int64_t>(active.stop.size()) <= head.max_stop,
-              "stop: expected at most ", head.max_stop, " ids with min_tokens > 0 but got ",
-              active.stop.size());
+  STATICKV_CHECK_FIELD(
+      s.min_tokens == 0 || static_cast<int64_t>(active.stop.size()) <= head.max_stop, "stop",
+      "expected at most ", head.max_stop, " ids with min_tokens > 0 but got ", active.stop.size());
   active.arrival = request.arrival.value_or(ServeClock::now());
   active.request = std::move(request);
   return active;

@@ -1,12 +1,15 @@
 #pragma once
-// The Scheduler's private state, shared by scheduler.cpp (the step loop) and
-// requests.cpp (request checks, token picks, completions). Not installed.
+// The Scheduler's rows and requests: Active (a request and what it has
+// produced), RowTable (the live rows in their two regions) and the free
+// functions over them that the step (scheduler_step.cpp), the request
+// checks (requests.cpp) and speculation (speculation.cpp, draft_model.cpp)
+// share. The Scheduler's own state is scheduler_state.hpp. Not installed.
 
 #include <statickv/cache.hpp>
 #include <statickv/reference/engine.hpp>
-#include <statickv/reference/sampling.hpp>
 #include <statickv/reference/scheduler.hpp>
 #include <statickv/reference/speculative.hpp>
+#include <statickv/sampling/head.hpp>
 
 #include <ATen/ATen.h>
 
@@ -75,7 +78,7 @@ class RowTable {
 };
 
 /// Checks a request against the model, the cache and the head (throws
-/// c10::Error naming the field; under speculation, what only the head
+/// FieldError naming the field; under speculation, what only the head
 /// does is refused naming speculate) and returns it ready to queue.
 Active checked_request(Request request, const ModelConfig& model, int64_t max_len,
                        const SamplingHeadOptions& head, int64_t speculate);

@@ -469,8 +469,9 @@ BAD = [  # (what, method, path, body, status, field the error names or None)
      {"prompt": [1, 2], "max_tokens": 2, "best_of": 3}, 400, "best_of"),
     ("a prompt longer than --max-len", "POST", "/v1/completions",
      {"prompt": [5] * 200, "max_tokens": 1}, 400, None),
+    # The Scheduler refuses it ("prompt[1]: ..."); its param is the field, carried as data.
     ("a token id past the vocabulary", "POST", "/v1/completions",
-     {"prompt": [1, 100000], "max_tokens": 1}, 400, None),
+     {"prompt": [1, 100000], "max_tokens": 1}, 400, "prompt"),
     ("chat messages a string", "POST", "/v1/chat/completions",
      {"messages": "hi", "max_tokens": 2}, 400, "messages"),
     ("another model", "POST", "/v1/completions",

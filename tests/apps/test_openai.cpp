@@ -1,11 +1,13 @@
-// statickv-serve --http's request parser (apps/serve/openai.hpp:
-// parse_request, parse_tokenize, parse_detokenize), in process: every field
+// statickv-serve --http's request parser (apps/serve/http/request.hpp:
+// parse_request, parse_tokenize, parse_detokenize) and its response shapes
+// (response.hpp), in process: every field
 // docs/serving.md ("HTTP API", "Field policy") lists, at the values it takes
 // and at each it refuses. A refusal is an ApiError whose status is 400 (404
 // for another model), whose param is the field, and whose message reads
 // "<field>: expected <what> but got <value>".
 
-#include "serve/openai.hpp"
+#include "serve/http/request.hpp"
+#include "serve/http/response.hpp"
 
 #include <catch2/catch.hpp>
 

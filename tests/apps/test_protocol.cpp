@@ -1,13 +1,16 @@
-// statickv-serve's JSON lines (apps/serve/protocol.hpp: parse_message), in
+// statickv-serve's JSON lines (apps/serve/lines/protocol.hpp: parse_message), in
 // process: a request line's fields and their refusals, a cancel line, and
 // the id a refusal carries so the reply can name the request. Every
 // refusal is a ProtocolError whose message reads "<field>: expected <what>
 // but got <value>" (docs/serving.md, "statickv-serve").
 
-#include "serve/protocol.hpp"
+#include "serve/fields.hpp"
+#include "serve/http/request.hpp"
+#include "serve/lines/protocol.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -125,7 +128,8 @@ TEST_CASE("each bad field of a request is refused by name, carrying the request'
       {R"("prompt": [1], "max_new_tokens": "2")", {"max_new_tokens: expected an integer"}},
       {ok + R"(, "temperature": "hot")", {"temperature: expected a finite number"}},
       {ok + R"(, "top_k": 1.5)", {"top_k: expected an integer but got 1.5"}},
-      {ok + R"(, "top_p": null)", {"top_p: expected a finite number but got null"}},
+      {ok + R"(, "top_p": 1.5)", {"top_p: expected a number in (0, 1] but got 1.5"}},
+      {ok + R"(, "top_k": -2)", {"top_k: expected an integer >= 0 (0 or -1 = no filter)"}},
       {ok + R"(, "seed": -1)", {"seed: expected an integer >= 0 but got -1"}},
       {ok + R"(, "stop": 2)", {"stop: expected an array of token ids", "got 2"}},
       {ok + R"(, "stop": [true])", {"stop[0]: expected an integer but got true"}},
@@ -139,4 +143,40 @@ TEST_CASE("each bad field of a request is refused by name, carrying the request'
       {ok + R"(, "logprobs": true)", {"logprobs: expected an integer but got true"}},
   };
   for (const auto& [fields, fragments] : bad) require_refused(line(fields), "r", fragments);
+}
+
+TEST_CASE("both fronts take every sampling field of the one list, and the docs list them all",
+          "[protocol]") {
+  const std::vector<std::string> names = sampling_field_names();
+  REQUIRE(names.size() == 11);
+  // Each field, given alone on a JSON line, is read (not refused as unknown),
+  // and null is the same as absent, as on HTTP.
+  for (const std::string& name : names) {
+    INFO(name);
+    const std::string line = R"({"id": 1, "prompt": [1], "max_new_tokens": 1, ")" + name + "\": ";
+    CHECK_NOTHROW(parse_message(line + "null}"));
+    try {
+      parse_message(line + "[[]]}");
+      FAIL("a list of lists was read as " << name);
+    } catch (const ProtocolError& e) {
+      CHECK_THAT(e.what(), Catch::StartsWith(name + ":"));
+    }
+    CHECK_NOTHROW(parse_request(Endpoint::kCompletions, R"({"prompt": "x", ")" + name + "\": null}",
+                                "m", /*strict=*/true));
+  }
+  // docs/serving.md's "Sampling fields" table has one row per field, in order.
+  std::ifstream doc(STATICKV_SERVING_DOC);
+  REQUIRE(doc.good());
+  std::vector<std::string> documented;
+  bool in_table = false;
+  for (std::string line; std::getline(doc, line);) {
+    if (line.rfind("### Sampling fields", 0) == 0)
+      in_table = true;
+    else if (in_table && line.rfind("### ", 0) == 0)
+      break;
+    else if (in_table && line.rfind("| `", 0) == 0) {
+      documented.push_back(line.substr(3, line.find('`', 3) - 3));
+    }
+  }
+  CHECK(documented == names);
 }

@@ -7,9 +7,9 @@
 #include "support/generation.hpp"
 
 #include <statickv/reference/checkpoint.hpp>
-#include <statickv/reference/sampling.hpp>
 #include <statickv/reference/scheduler.hpp>
 #include <statickv/reference/step_count.hpp>
+#include <statickv/sampling/head.hpp>
 
 using namespace statickv;
 using namespace statickv::reference;

@@ -10,7 +10,7 @@
 
 #include <statickv/reference/checkpoint.hpp>
 #include <statickv/reference/generator.hpp>
-#include <statickv/reference/sampling.hpp>
+#include <statickv/sampling/head.hpp>
 
 #include <cstdio>
 #include <string>

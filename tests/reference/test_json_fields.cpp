@@ -2,11 +2,15 @@
 // reader"): typed reads for nlohmann::json and ordered_json alike, every
 // refusal in one form, each caller's error through its callback.
 
+#include "checkpoint_files.hpp"
+
 #include <statickv/json/field_reader.hpp>
+#include <statickv/json/file.hpp>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
 #include <stdexcept>
 #include <string>
 
@@ -90,4 +94,54 @@ TEST_CASE("a refusal shows invalid UTF-8 replaced, and a callback that returns i
   const statickv::json::FieldReader<nlohmann::json> returns(
       [](const std::string&, const std::string&, const nlohmann::json&) {});
   CHECK_THROWS_AS(returns.integer(nlohmann::json("x"), "x"), std::logic_error);
+}
+
+TEST_CASE("the one file opener names the path in every failure, through the caller's callback",
+          "[json]") {
+  const statickv::test::checkpoint::TempDir tmp;
+  const auto write = [&](const char* name, const std::string& text) {
+    std::ofstream(tmp.file(name), std::ios::binary) << text;
+    return tmp.file(name);
+  };
+  const std::string good = write("good.json", R"({"a": 1})");
+  const std::string broken = write("broken.json", R"({"a": )");
+  const std::string list = write("list.json", "[1, 2]");
+  const std::string missing = tmp.file("missing.json");
+  using statickv::json::fail_with_runtime_error;
+  CHECK(statickv::json::read_json_file(good, fail_with_runtime_error)["a"] == 1);
+  CHECK(statickv::json::read_text_file(good, fail_with_runtime_error) == R"({"a": 1})");
+  const auto fails = [](const std::function<void()>& fn, const std::string& message) {
+    try {
+      fn();
+    } catch (const std::runtime_error& e) {
+      CHECK_THAT(e.what(), Catch::StartsWith(message));
+      return;
+    }
+    FAIL("expected std::runtime_error starting " << message);
+  };
+  fails([&] { statickv::json::read_json_file(missing, fail_with_runtime_error); },
+        missing + ": expected an existing file but got none");
+  fails([&] { statickv::json::read_text_file(tmp.dir(), fail_with_runtime_error); },
+        tmp.dir() + ": expected an existing file but got none");
+  fails([&] { statickv::json::read_json_file(broken, fail_with_runtime_error); },
+        broken + ": expected a JSON object but got invalid JSON: ");
+  fails([&] { statickv::json::read_json_file(list, fail_with_runtime_error); },
+        list + ": expected a JSON object but got array");
+  // The caller's own error type: the callback decides what is thrown.
+  struct Mine {
+    std::string message;
+  };
+  try {
+    statickv::json::read_json_file(missing, [](const std::string& m) { throw Mine{m}; });
+    FAIL("expected Mine");
+  } catch (const Mine& e) {
+    CHECK(e.message == missing + ": expected an existing file but got none");
+  }
+  // A callback that returns is a bug, not a silent empty result.
+  const std::string x = "x";
+  CHECK_THROWS_AS(
+      statickv::json::parse_json(broken, x.data(), x.data() + 1, "JSON", [](const std::string&) {}),
+      std::logic_error);
+  CHECK_THROWS_AS(statickv::json::read_text_file(missing, [](const std::string&) {}),
+                  std::logic_error);
 }

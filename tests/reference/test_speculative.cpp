@@ -10,8 +10,8 @@
 
 #include <statickv/reference/checkpoint.hpp>
 #include <statickv/reference/generator.hpp>
-#include <statickv/reference/sampling.hpp>
 #include <statickv/reference/speculative.hpp>
+#include <statickv/sampling/head.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
 

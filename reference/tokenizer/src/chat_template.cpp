@@ -13,9 +13,7 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <stdexcept>
 
 namespace statickv::tokenizer {
@@ -173,14 +171,6 @@ PyObject* renderer() {
   return globals;
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path.string() + ": cannot be read");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 /// tokenizer_config.json, or an empty object when the checkpoint has none.
 json read_config(const fs::path& path) {
   return fs::exists(path) ? detail::read_json(path) : json::object();
@@ -254,7 +244,7 @@ ChatTemplate ChatTemplate::load(const std::string& dir) {
   auto impl = std::make_unique<Impl>();
   std::string text;
   if (fs::exists(jinja)) {
-    text = read_file(jinja), impl->source = jinja.string();
+    text = detail::read_file(jinja), impl->source = jinja.string();
   } else {
     text = config_template(config, config_path), impl->source = config_path.string();
   }

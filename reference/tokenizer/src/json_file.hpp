@@ -1,27 +1,28 @@
 #pragma once
-// The JSON files of a checkpoint directory, read with errors that name the
-// file (tokenizer.cpp, chat_template.cpp; not installed), their fields
-// through the one field reader (statickv/json/field_reader.hpp).
+// The files of a checkpoint directory the tokenizer reads, through the one
+// opener (statickv/json/file.hpp) with errors that name the file
+// (tokenizer.cpp, chat_template.cpp; not installed), their fields through
+// the one field reader (statickv/json/field_reader.hpp).
 
 #include <nlohmann/json.hpp>
 #include <statickv/json/field_reader.hpp>
+#include <statickv/json/file.hpp>
 
 #include <filesystem>
-#include <fstream>
 #include <stdexcept>
+#include <string>
 
 namespace statickv::tokenizer::detail {
 
-/// `path` parsed; throws std::runtime_error naming it when it cannot be
-/// opened or is not valid JSON.
+/// `path` parsed (json/file.hpp, the one opener); throws std::runtime_error
+/// naming it when it cannot be read or is not one JSON object.
 inline nlohmann::json read_json(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path.string() + ": cannot open");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(path.string() + ": not valid JSON: " + e.what());
-  }
+  return ::statickv::json::read_json_file(path.string(), ::statickv::json::fail_with_runtime_error);
+}
+
+/// The text of `path`; throws std::runtime_error naming it.
+inline std::string read_file(const std::filesystem::path& path) {
+  return ::statickv::json::read_text_file(path.string(), ::statickv::json::fail_with_runtime_error);
 }
 
 /// The field reader for the file at `path`: refusals are

@@ -21,7 +21,7 @@
 #include <statickv/graph_runner.hpp>
 #include <statickv/reference/backends.hpp>
 #include <statickv/reference/model.hpp>
-#include <statickv/reference/sampling.hpp>
+#include <statickv/sampling/head.hpp>
 
 #include <ATen/ATen.h>
 

@@ -13,7 +13,7 @@
 //
 //   Scheduler engine(model, options);
 //   engine.warm_up();                       // every GraphRunner key, once
-//   engine.submit(request);                 // throws c10::Error naming the field
+//   engine.submit(request);                 // throws FieldError naming the field
 //   while (!engine.idle()) engine.step();
 //   for (Completion& c : engine.take_finished()) ...
 //
@@ -23,8 +23,8 @@
 #include <statickv/reference/engine.hpp>
 #include <statickv/reference/generator.hpp>
 #include <statickv/reference/model.hpp>
-#include <statickv/reference/sampling.hpp>
 #include <statickv/reference/speculative.hpp>
+#include <statickv/sampling/head.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -152,8 +152,10 @@ class Scheduler {
 
   /// Queues a request. A bad one (empty prompt, an id outside the vocabulary,
   /// prompt + max_new_tokens over max_len, a limit below 1, a negative or
-  /// non-finite sampling value, a duplicate id) throws c10::Error naming the
-  /// field before anything changes (Invariant [checked before written]).
+  /// non-finite sampling value, a duplicate id) throws FieldError (a
+  /// c10::Error; <statickv/support/field_error.hpp>) naming the field, in
+  /// its text and as field(), before anything changes (Invariant [checked
+  /// before written]).
   void submit(Request request);
   /// Ends a waiting or running request now, as kCancelled with the tokens it
   /// has; returns false when no such request is waiting or running.
@@ -187,7 +189,6 @@ class Scheduler {
 
  private:
   struct State;
-  friend struct SchedulerSteps;
   std::unique_ptr<State> state_;
 };
 

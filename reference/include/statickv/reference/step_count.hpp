@@ -7,7 +7,7 @@
 #include <statickv/op_counter.hpp>
 #include <statickv/reference/backends.hpp>
 #include <statickv/reference/model.hpp>
-#include <statickv/reference/sampling.hpp>
+#include <statickv/sampling/head.hpp>
 
 #include <cstdint>
 #include <memory>

@@ -3,8 +3,8 @@
 // form, "<field>: expected <expected> but got <actual>", for nlohmann::json
 // and nlohmann::ordered_json alike (any nlohmann::basic_json). Each caller
 // turns a refusal into its own error through the Refuse callback: an HTTP
-// 400 (apps/serve/openai.cpp), a JSON-lines error reply naming the request
-// (apps/serve/protocol.cpp), a c10::Error or std::runtime_error naming the
+// 400 (apps/serve/http/request.cpp), a JSON-lines error reply naming the request
+// (apps/serve/lines/protocol.cpp), a c10::Error or std::runtime_error naming the
 // file (checkpoints, the tokenizer's files, generation_config.json).
 // Header-only; the CMake target statickv_json_fields carries its include
 // directory and nlohmann_json.

@@ -1,0 +1,68 @@
+// statickv-serve's closing report (report.hpp).
+
+#include "serve/report.hpp"
+
+#include <statickv/cache.hpp>
+
+#include <cstdio>
+
+namespace statickv::serve {
+
+using namespace statickv::reference;
+
+namespace {
+
+// The cache's bytes, the staging buffer of a quantized cache on its own line.
+void print_cache_bytes(const Cache& cache) {
+  std::fprintf(stderr, "statickv-serve: cache %lld bytes (kv-dtype %s)\n",
+               static_cast<long long>(cache.memory_bytes()), to_string(cache.config().kv_storage));
+  if (cache.config().host_offload) {
+    std::fprintf(stderr,
+                 "statickv-serve: of which %lld bytes in host memory (offloaded keys and values), "
+                 "%lld on the device (staging ring of two layers %lld)\n",
+                 static_cast<long long>(cache.host_memory_bytes()),
+                 static_cast<long long>(cache.device_memory_bytes()),
+                 static_cast<long long>(cache.staging_bytes()));
+  } else if (!cache.config().plain_storage()) {
+    std::fprintf(stderr, "statickv-serve: of which staging buffer %lld bytes (one layer)\n",
+                 static_cast<long long>(cache.staging_bytes()));
+  }
+}
+
+}  // namespace
+
+void report(const Scheduler& scheduler, const Options& o) {
+  const SchedulerStats s = scheduler.stats();
+  print_cache_bytes(scheduler.cache());
+  std::fprintf(stderr,
+               "statickv-serve: %lld requests (%lld completed, %lld cancelled, %lld rejected), "
+               "%lld steps (%lld with prefill, mean %.2f ms), occupancy %.3f, padded fraction "
+               "%.3f, captures %lld, replays %lld, eager runs %lld\n",
+               static_cast<long long>(s.submitted + s.rejected),
+               static_cast<long long>(s.completed), static_cast<long long>(s.cancelled),
+               static_cast<long long>(s.rejected), static_cast<long long>(s.steps),
+               static_cast<long long>(s.mixed_steps), 1e3 * s.mean_step_seconds(), s.occupancy(),
+               s.padded_fraction(), static_cast<long long>(s.runner.captures),
+               static_cast<long long>(s.runner.replays),
+               static_cast<long long>(s.runner.eager_runs));
+  if (s.prefix_budget > 0) {
+    std::fprintf(
+        stderr,
+        "statickv-serve: prefix cache: %lld hits, %lld prompt tokens reused, %lld entries "
+        "holding %lld of %lld bytes, %lld evictions\n",
+        static_cast<long long>(s.prefix_hits), static_cast<long long>(s.prefix_tokens_reused),
+        static_cast<long long>(s.prefix_entries), static_cast<long long>(s.prefix_bytes),
+        static_cast<long long>(s.prefix_budget), static_cast<long long>(s.prefix_evictions));
+  }
+  if (scheduler.options().speculate == 0) return;
+  const SpeculationStats& spec = s.speculation;
+  std::fprintf(stderr,
+               "statickv-serve: speculation: %lld drafts per step by %s; acceptance rate %.1f%% "
+               "(%lld of %lld drafts) over %lld verification steps\n",
+               static_cast<long long>(scheduler.options().speculate),
+               apps::drafting_name(o.spec).c_str(), 100.0 * spec.acceptance_rate(),
+               static_cast<long long>(spec.accepted), static_cast<long long>(spec.drafted),
+               static_cast<long long>(spec.verify_steps));
+}
+
+}  // namespace statickv::serve
