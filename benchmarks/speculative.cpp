@@ -22,8 +22,8 @@
 
 #ifdef STATICKV_BENCH_TOKENIZER
 #include <statickv/reference/checkpoint.hpp>
-#include <statickv/tokenizer/chat_template.hpp>
-#include <statickv/tokenizer/tokenizer.hpp>
+#include <statickv/text/chat_template.hpp>
+#include <statickv/text/tokenizer.hpp>
 #endif
 
 #include <ATen/CPUGeneratorImpl.h>

@@ -25,7 +25,7 @@ VENV="$STATICKV_ROOT/.venv$TREE_SUFFIX"
 BUILD_DIR=${STATICKV_BUILD_DIR:-$STATICKV_ROOT/build$TREE_SUFFIX}
 
 need=(cmake g++ ninja-build catch2 nlohmann-json3-dev clang-format gnuplot-nox)
-need+=(libre2-dev)  # <re2/re2.h>, which pytorch-tokenizers' headers include (reference/tokenizer)
+need+=(libre2-dev)  # <re2/re2.h>, which pytorch-tokenizers' headers include (reference/text)
 need+=(python3-dev)  # Python's headers, which Inductor compiles against (the Python package's tests)
 need+=(libgloo-dev)  # Gloo headers for c10d's ProcessGroupGloo.hpp (tensor parallelism; docs/tensor_parallel.md)
 need+=(libcpp-httplib-dev pkg-config)  # statickv-serve --http (docs/serving.md); optional at configure time

@@ -12,8 +12,8 @@
 #include <optional>
 
 #if STATICKV_DEMO_TOKENIZER
-#include <statickv/tokenizer/chat_template.hpp>
-#include <statickv/tokenizer/tokenizer.hpp>
+#include <statickv/text/chat_template.hpp>
+#include <statickv/text/tokenizer.hpp>
 #endif
 
 namespace statickv::demo {

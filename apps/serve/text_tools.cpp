@@ -4,8 +4,8 @@
 
 #include <statickv/flags/flags.hpp>
 #ifdef STATICKV_SERVE_TOKENIZER
-#include <statickv/tokenizer/chat_template.hpp>
-#include <statickv/tokenizer/tokenizer.hpp>
+#include <statickv/text/chat_template.hpp>
+#include <statickv/text/tokenizer.hpp>
 #endif
 
 #include <nlohmann/json.hpp>

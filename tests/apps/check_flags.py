@@ -236,7 +236,7 @@ CASES = [
 ]
 
 # pytorch-tokenizers' module prints this as a program linking statickv::tokenizer
-# starts (reference/tokenizer/include/statickv/tokenizer/tokenizer.hpp); it is
+# starts (reference/text/include/statickv/text/tokenizer.hpp); it is
 # not the program's own message.
 TOKENIZER_BANNER = "Registering override fallback regex"
 

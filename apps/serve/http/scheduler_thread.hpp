@@ -10,7 +10,7 @@
 #include "serve/text_tools.hpp"
 
 #include <statickv/reference/scheduler.hpp>
-#include <statickv/reference/stop_text.hpp>
+#include <statickv/text/stop_text.hpp>
 
 #include <atomic>
 #include <chrono>

@@ -16,7 +16,7 @@
 // implementation of Hugging Face's tokenizer.json, the same code behind
 // ExecuTorch's LLM runner), linked from its PyPI wheel; docs/tokenizer.md
 // says why and what that links. Its ids equal transformers' on the test
-// prompts (tests/reference/tokenizer). Nothing of it shows in this header: a program
+// prompts (tests/text). Nothing of it shows in this header: a program
 // including it needs no pytorch-tokenizers or re2 headers.
 //
 // CMake: target_link_libraries(prog PRIVATE statickv::tokenizer), under
@@ -35,7 +35,7 @@
 // that its encode/decode are thread-safe: use one Tokenizer per thread. A
 // StreamDecoder belongs to one sequence (one batch row).
 
-#include <statickv/tokenizer/utf8.hpp>
+#include <statickv/text/utf8.hpp>
 
 #include <cstdint>
 #include <memory>

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes what transformers' tokenizer does on a converted checkpoint (SmolLM2's
-or Gemma 3's), for tests/reference/tokenizer/test_tokenizer.cpp to compare
+or Gemma 3's), for tests/text/test_tokenizer.cpp to compare
 statickv::tokenizer with.
 
 usage: make_expected.py CHECKPOINT_DIR OUT_JSON [TEXT_FILE ...]

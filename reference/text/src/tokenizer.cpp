@@ -1,5 +1,5 @@
 // statickv::tokenizer on pytorch-tokenizers' HFTokenizer (docs/tokenizer.md).
-#include <statickv/tokenizer/tokenizer.hpp>
+#include <statickv/text/tokenizer.hpp>
 
 #include "json_file.hpp"
 

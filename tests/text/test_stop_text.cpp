@@ -1,6 +1,6 @@
 // StopText (stop_text.hpp): stop strings on streamed text, whatever the cuts.
 
-#include <statickv/reference/stop_text.hpp>
+#include <statickv/text/stop_text.hpp>
 
 #include <catch2/catch.hpp>
 

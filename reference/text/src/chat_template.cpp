@@ -4,8 +4,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include <statickv/tokenizer/chat_template.hpp>
-#include <statickv/tokenizer/tokenizer.hpp>
+#include <statickv/text/chat_template.hpp>
+#include <statickv/text/tokenizer.hpp>
 
 #include "json_file.hpp"
 

@@ -14,8 +14,8 @@
 // decoders), converted by tools/gemma3/convert.py: STATICKV_GEMMA3_DIR and
 // STATICKV_GEMMA3_TOKENIZER_EXPECTED.
 
-#include <statickv/tokenizer/chat_template.hpp>
-#include <statickv/tokenizer/tokenizer.hpp>
+#include <statickv/text/chat_template.hpp>
+#include <statickv/text/tokenizer.hpp>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -95,12 +95,12 @@ Checked load_checked(const char* dir_var, const char* expected_var, const char* 
 
 /// SmolLM2's, loaded once for all [smollm2] cases.
 const Checked& smollm2_checked() {
-  static const Checked checked = load_checked(
-      "STATICKV_SMOLLM2_DIR", "STATICKV_SMOLLM2_TOKENIZER_EXPECTED",
-      "run tools/smollm2/convert.py DIR and tests/reference/tokenizer/make_expected.py DIR "
-      "OUT.json, then set STATICKV_SMOLLM2_DIR=DIR and "
-      "STATICKV_SMOLLM2_TOKENIZER_EXPECTED=OUT.json "
-      "(ctest's tokenizer_smollm2 test does all of it)");
+  static const Checked checked =
+      load_checked("STATICKV_SMOLLM2_DIR", "STATICKV_SMOLLM2_TOKENIZER_EXPECTED",
+                   "run tools/smollm2/convert.py DIR and tests/text/make_expected.py DIR "
+                   "OUT.json, then set STATICKV_SMOLLM2_DIR=DIR and "
+                   "STATICKV_SMOLLM2_TOKENIZER_EXPECTED=OUT.json "
+                   "(ctest's tokenizer_smollm2 test does all of it)");
   return checked;
 }
 const Tokenizer& smollm2() { return smollm2_checked().tok; }
@@ -110,7 +110,7 @@ const json& expected() { return smollm2_checked().expected; }
 const Checked& gemma3_checked() {
   static const Checked checked = load_checked(
       "STATICKV_GEMMA3_DIR", "STATICKV_GEMMA3_TOKENIZER_EXPECTED",
-      "run tools/gemma3/convert.py DIR and tests/reference/tokenizer/make_expected.py DIR "
+      "run tools/gemma3/convert.py DIR and tests/text/make_expected.py DIR "
       "OUT.json, then set STATICKV_GEMMA3_DIR=DIR and STATICKV_GEMMA3_TOKENIZER_EXPECTED=OUT.json "
       "(ctest's tokenizer_gemma3 test does all of it)");
   return checked;
