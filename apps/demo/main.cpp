@@ -107,6 +107,64 @@ GenerateResult run_session(const Options& o, const Loaded& run, Generator& sessi
   return result;
 }
 
+/// --save-prompt and --load-prompt save or restore one prompt's row.
+void check_one_prompt(const Options& o, const Loaded& run) {
+  for (const auto& [flag, file] :
+       {std::pair<const char*, const std::string&>{"--save-prompt", o.save_prompt},
+        {"--load-prompt", o.load_prompt}}) {
+    if (!file.empty() && run.prompts.size() != 1) {
+      throw flags::FlagError(std::string(flag) + ": expected a single prompt but got " +
+                             std::to_string(run.prompts.size()));
+    }
+  }
+}
+
+/// The prefill chunk both runs use; a verification step must fit in it.
+int64_t run_chunk(const Options& o, const Loaded& run, CacheKind cache, int64_t rows,
+                  int64_t max_len) {
+  const int64_t chunk = cache == CacheKind::kDynamic
+                            ? (o.prefill_chunk > 0 ? std::min(o.prefill_chunk, max_len) : max_len)
+                            : prefill_chunk_of(*run.model, rows, max_len, o.prefill_chunk);
+  if (o.spec.speculate > 0 && o.spec.speculate + 1 > chunk) {
+    throw flags::FlagError(fmt::format(
+        "--speculate: expected N + 1 <= {} (the cache's max_chunk: a verification step carries "
+        "N + 1 tokens; raise --prefill-chunk) but got --speculate {}",
+        chunk, o.spec.speculate));
+  }
+  return chunk;
+}
+
+/// One cache kind's run in its own session, warmed up by one untimed call:
+/// the first pass pays one-time costs (thread pools, kernel selection, CUDA
+/// graph capture for the keys this run uses) that are not the cache's. Text
+/// prompts warm up on two tokens (prefill and one decode step), then the
+/// main run streams its answers.
+GenerateResult timed_run(const Options& o, const Loaded& run, const GenerateOptions& opts,
+                         int64_t rows, int64_t max_len, bool stream) {
+  const int64_t warm_tokens = run.text ? std::min<int64_t>(2, o.max_new_tokens) : 0;
+  Generator session(*run.model, opts, rows, max_len);
+  return run_session(o, run, session, opts.cache != CacheKind::kDynamic, warm_tokens, stream);
+}
+
+/// The DynamicCache baseline of `options` (the plain decoder, the same
+/// prefill passes, no speculation), run and compared with `main_run`.
+bool compare_with_dynamic(const Options& o, const Loaded& run, GenerateOptions dyn,
+                          const GenerateResult& main_run, int64_t chunk, int64_t rows,
+                          int64_t max_len, at::ScalarType dtype) {
+  const CacheKind cache = dyn.cache;
+  const KvStorage storage = dyn.kv_storage;
+  dyn.cache = CacheKind::kDynamic;
+  dyn.path = DecodePath::kPlain;  // the baseline is the plain decoder
+  dyn.prefill_chunk = chunk;      // the same passes as the static/hybrid run
+  dyn.on_step = nullptr;
+  dyn.speculate = 0;  // the plain decode it must equal
+  dyn.draft_model = nullptr;
+  const GenerateResult baseline = timed_run(o, run, dyn, rows, max_len, /*stream=*/false);
+  report_run("dynamic", baseline);
+  return report_comparison(to_string(cache), main_run, baseline, dtype,
+                           /*greedy=*/o.temperature == 0.0, storage);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -117,14 +175,7 @@ int main(int argc, char** argv) try {
   const at::Device device = role.device;
   const at::ScalarType dtype = flags::parse_dtype(o.dtype, device, at::kBFloat16);
   const Loaded run = load(o, role, dtype);
-  for (const auto& [flag, file] :
-       {std::pair<const char*, const std::string&>{"--save-prompt", o.save_prompt},
-        {"--load-prompt", o.load_prompt}}) {
-    if (!file.empty() && run.prompts.size() != 1) {
-      throw flags::FlagError(std::string(flag) + ": expected a single prompt but got " +
-                             std::to_string(run.prompts.size()));
-    }
-  }
+  check_one_prompt(o, run);
   const bool compare = !o.no_compare && o.cache != "dynamic";
   GenerateOptions options = generate_options(o, run.model->config(), compare);
   const std::unique_ptr<LlamaModel> draft =
@@ -135,28 +186,11 @@ int main(int argc, char** argv) try {
   for (const auto& p : run.prompts) longest = std::max(longest, p.size());
   const int64_t rows = static_cast<int64_t>(run.prompts.size());
   const int64_t max_len = static_cast<int64_t>(longest) + o.max_new_tokens;
-  const int64_t chunk = options.cache == CacheKind::kDynamic
-                            ? (o.prefill_chunk > 0 ? std::min(o.prefill_chunk, max_len) : max_len)
-                            : prefill_chunk_of(*run.model, rows, max_len, o.prefill_chunk);
-  if (o.spec.speculate > 0 && o.spec.speculate + 1 > chunk) {
-    throw flags::FlagError(fmt::format(
-        "--speculate: expected N + 1 <= {} (the cache's max_chunk: a verification step carries "
-        "N + 1 tokens; raise --prefill-chunk) but got --speculate {}",
-        chunk, o.spec.speculate));
-  }
+  const int64_t chunk = run_chunk(o, run, options.cache, rows, max_len);
   print_header(o, run, options, device, dtype, static_cast<int64_t>(longest), chunk, compare);
 
-  // Each cache kind runs in its own session, warmed up by one untimed call:
-  // the first pass pays one-time costs (thread pools, kernel selection, CUDA
-  // graph capture for the keys this run uses) that are not the cache's. Text
-  // prompts warm up on two tokens (prefill and one decode step), then the
-  // main run streams its answers.
-  const int64_t warm_tokens = run.text ? std::min<int64_t>(2, o.max_new_tokens) : 0;
-  auto timed = [&](const GenerateOptions& opts, bool stream) {
-    Generator session(*run.model, opts, rows, max_len);
-    return run_session(o, run, session, opts.cache != CacheKind::kDynamic, warm_tokens, stream);
-  };
-  const GenerateResult main_run = timed(options, /*stream=*/run.text != nullptr);
+  const GenerateResult main_run =
+      timed_run(o, run, options, rows, max_len, /*stream=*/run.text != nullptr);
   report_run(to_string(options.cache), main_run);
   if (o.spec.speculate > 0) print_speculation(o, main_run);
   if (!o.load_prompt.empty()) {
@@ -164,20 +198,8 @@ int main(int argc, char** argv) try {
                main_run.restored_tokens, o.load_prompt, main_run.restore_seconds * 1e3,
                main_run.prefilled_tokens);
   }
-  bool agree = true;
-  if (compare) {
-    GenerateOptions dyn = options;
-    dyn.cache = CacheKind::kDynamic;
-    dyn.path = DecodePath::kPlain;  // the baseline is the plain decoder
-    dyn.prefill_chunk = chunk;      // the same passes as the static/hybrid run
-    dyn.on_step = nullptr;
-    dyn.speculate = 0;  // the plain decode it must equal
-    dyn.draft_model = nullptr;
-    const GenerateResult baseline = timed(dyn, /*stream=*/false);
-    report_run("dynamic", baseline);
-    agree = report_comparison(to_string(options.cache), main_run, baseline, dtype,
-                              /*greedy=*/o.temperature == 0.0, options.kv_storage);
-  }
+  const bool agree =
+      !compare || compare_with_dynamic(o, run, options, main_run, chunk, rows, max_len, dtype);
   if (o.print_ids) print_ids(main_run);
   if (!o.json.empty()) write_json(o.json, run.prompts, main_run);
   return agree ? 0 : 1;

@@ -91,47 +91,46 @@ void check_http_flags(const flags::Flags& flags, Options& o) {
   parse_http_address(o);
 }
 
-}  // namespace
-
-Options parse_options(int argc, char** argv) {
-  Options o;
-  flags::Flags flags("statickv-serve",
-                     "continuous-batching server: JSON lines in (requests), one JSON line out per "
-                     "finished request; or an OpenAI-compatible HTTP API (--http)");
-  apps::add_model_flags(flags, &o.checkpoint, &o.shape);
-  apps::add_tp_flags(flags, &o.tp);
-  flags.add("--seed N", &o.seed, "random weights of --shape", /*min=*/0);
-  flags.add_device(&o.device);
-  flags::add_dtype(flags, &o.dtype, at::kBFloat16);
-  apps::add_kv_dtype(flags, &o.kv_dtype);
-  apps::add_offload(flags, &o.offload);
-  flags.add_choice("--cache C", &o.cache, {"static", "hybrid"},
+/// The model's and the cache's flags.
+void add_model_and_cache_flags(flags::Flags& flags, Options* o) {
+  apps::add_model_flags(flags, &o->checkpoint, &o->shape);
+  apps::add_tp_flags(flags, &o->tp);
+  flags.add("--seed N", &o->seed, "random weights of --shape", /*min=*/0);
+  flags.add_device(&o->device);
+  flags::add_dtype(flags, &o->dtype, at::kBFloat16);
+  apps::add_kv_dtype(flags, &o->kv_dtype);
+  apps::add_offload(flags, &o->offload);
+  flags.add_choice("--cache C", &o->cache, {"static", "hybrid"},
                    "static or hybrid (default: static for all-full models, hybrid when the model "
                    "has sliding layers)");
-  flags.add("--max-batch N", &o.max_batch, "cache rows: requests served at once", /*min=*/1);
-  flags.add("--max-len N", &o.max_len,
+  flags.add("--max-batch N", &o->max_batch, "cache rows: requests served at once", /*min=*/1);
+  flags.add("--max-len N", &o->max_len,
             "positions per row: prompt + max_new_tokens of any request (default 0: min(2048, "
             "the model's max_position_embeddings))",
             /*min=*/0);
-  flags.add("--prefill-chunk N", &o.prefill_chunk,
+  flags.add("--prefill-chunk N", &o->prefill_chunk,
             "most prompt tokens a row prefills per step (default 0: 64)", /*min=*/0);
-  flags.add("--token-budget N", &o.token_budget,
+  flags.add("--token-budget N", &o->token_budget,
             "most tokens per step, decode first (default 0: max-batch - 1 + prefill chunk)",
             /*min=*/0);
-  flags.add("--prefix-cache-bytes N", &o.prefix_cache_bytes,
+  flags.add("--prefix-cache-bytes N", &o->prefix_cache_bytes,
             "bytes of saved prefixes new requests start from (docs/serving.md, prefix cache; "
             "default -1: the cache's own bytes, off with --kv-dtype int8/fp8 or a draft model)",
             /*min=*/-1);
-  flags.add_switch("--no-prefix-cache", &o.no_prefix_cache,
+  flags.add_switch("--no-prefix-cache", &o->no_prefix_cache,
                    "prefill every prompt from its first token (--prefix-cache-bytes 0)");
-  flags.add_switch("--eager", &o.eager,
+  flags.add_switch("--eager", &o->eager,
                    "run steps at their exact shapes (default: the bucketed GraphRunner, CUDA "
                    "graphs on a GPU, every bucket captured at start)");
-  apps::add_speculation_flags(flags, &o.spec);
-  add_http_flags(flags, &o);
-  flags.add("--threads N", &o.threads, "intra-op CPU threads (default 0: LibTorch's choice)",
+}
+
+/// The serving loop's flags, the HTTP ones, and the input format.
+void add_serving_flags(flags::Flags& flags, Options* o) {
+  apps::add_speculation_flags(flags, &o->spec);
+  add_http_flags(flags, o);
+  flags.add("--threads N", &o->threads, "intra-op CPU threads (default 0: LibTorch's choice)",
             /*min=*/0);
-  flags.add("--tokenizer DIR", &o.tokenizer,
+  flags.add("--tokenizer DIR", &o->tokenizer,
             "tokenizer.json directory for \"text\" in and out (default: the checkpoint's, when it "
             "has one)");
   flags.add_note(
@@ -144,7 +143,10 @@ Options parse_options(int argc, char** argv) {
       "\"text\"). End of input drains the queue and exits 0; a refused flag exits 2.\n"
       "With --http: the OpenAI-compatible API (/v1/completions, /v1/chat/completions,\n"
       "/v1/models, /health, /metrics; docs/serving.md) until SIGTERM, which drains and exits 0.");
-  flags.parse(argc, argv);
+}
+
+/// The rules between flags, each refusal naming both.
+void check_rules(const flags::Flags& flags, Options& o) {
   check_http_flags(flags, o);
   apps::check_speculation_flags(o.spec, o.cache);
   apps::check_tp_with_speculation(o.tp, o.spec);
@@ -167,6 +169,19 @@ Options parse_options(int argc, char** argv) {
     throw flags::FlagError(
         "--seed: expected no --seed with --checkpoint (it seeds random weights)");
   }
+}
+
+}  // namespace
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  flags::Flags flags("statickv-serve",
+                     "continuous-batching server: JSON lines in (requests), one JSON line out per "
+                     "finished request; or an OpenAI-compatible HTTP API (--http)");
+  add_model_and_cache_flags(flags, &o);
+  add_serving_flags(flags, &o);
+  flags.parse(argc, argv);
+  check_rules(flags, o);
   return o;
 }
 
