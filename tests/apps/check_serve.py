@@ -16,12 +16,21 @@ usage: check_serve.py STATICKV_SERVE STATICKV_DEMO [--eager]   (--eager: statick
 """
 
 import json
+import re
 import subprocess
 import sys
 
 PROMPTS = [[5, 9, 14, 2, 77, 31, 8, 64, 3, 19, 42, 7, 1], [11, 4], [90, 13, 27, 6, 55],
            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20], [100]]
 NEW = 12
+
+
+def field_named(message):
+    """The request field an error message names: before its first ':', '['
+    or '.', or the quoted name of an unknown field."""
+    m = re.match(r".*unknown field '([^']*)'", message)
+    return m.group(1) if m else re.split(r"[:\[.]", message, maxsplit=1)[0]
+
 
 # (line, id in the reply, substrings of the error)
 BAD = [
@@ -130,6 +139,10 @@ def check_replies(replies, expected, check):
         got = [r for r in replies if r.get("id") == rid and r.get("finish") == "error"
                and all(t in r.get("error", "") for t in texts)]
         check(len(got) == 1 and got[0]["tokens"] == [], f"refused {line!r}: error names {texts}")
+        field = field_named(texts[0])
+        if got and rid is not None and ":" in texts[0] and field != "request":
+            check(got[0].get("field") == field,
+                  f"refused {line!r}: field {got[0].get('field')!r} as data (want {field!r})")
     s = by_id.get('"stop"', [{}])[0]
     check(s.get("finish") == "stop" and s.get("tokens") == expected[0][:4],
           f"a stop token ends the request and is kept: {s.get('tokens')}")

@@ -19,8 +19,19 @@ using nlohmann::json;
 
 namespace {
 
+/// The request field a refusal's message names: what comes before its
+/// first ':', '[' or '.', or the quoted name of an unknown field.
+std::string field_named(const std::string& message) {
+  const std::string unknown = "request: unknown field '";
+  if (message.rfind(unknown, 0) == 0) {
+    return message.substr(unknown.size(), message.find('\'', unknown.size()) - unknown.size());
+  }
+  return message.substr(0, message.find_first_of(":[."));
+}
+
 /// Expects parse_message(line) to throw ProtocolError carrying `id`, its
-/// message containing every fragment.
+/// message containing every fragment, and the field the first fragment
+/// names as data.
 void require_refused(const std::string& line, const json& id,
                      const std::vector<std::string>& fragments) {
   try {
@@ -29,6 +40,8 @@ void require_refused(const std::string& line, const json& id,
     const std::string what = e.what();
     INFO("line: " << line << "\nmessage: " << what);
     CHECK(e.id == id);
+    const std::string field = field_named(fragments.front());
+    CHECK(e.field == (field == "request" ? "" : field));
     for (const std::string& fragment : fragments) CHECK(what.find(fragment) != std::string::npos);
     return;
   }

@@ -16,9 +16,15 @@ using nlohmann::json;
 
 namespace {
 
+/// The request's field a refusal's label names: "prompt" for "prompt[1]",
+/// "logit_bias" for "logit_bias.5"; none for the line as a whole ("request").
+std::string top_level(const std::string& label) {
+  return label == "request" ? std::string() : label.substr(0, label.find_first_of("[."));
+}
+
 [[noreturn]] void refuse(const std::string& field, const std::string& expected, const json& got,
                          const json& id) {
-  throw ProtocolError(::statickv::json::refusal(field, expected, got), id);
+  throw ProtocolError(::statickv::json::refusal(field, expected, got), id, top_level(field));
 }
 
 /// The one field reader (fields.hpp), its refusals carrying the line's id.
@@ -87,7 +93,7 @@ void check_fields(const json& message, const json& id) {
   for (const auto& item : message.items()) {
     if (known.count(item.key()) == 0) {
       throw ProtocolError("request: unknown field '" + item.key() + "' (expected " + listed + ")",
-                          id);
+                          id, item.key());
     }
   }
 }
@@ -96,7 +102,8 @@ void check_fields(const json& message, const json& id) {
 void read_request(const json& m, Message& out) {
   const json& id = out.id;
   if (m.contains("prompt") == m.contains("text")) {
-    throw ProtocolError("prompt: expected exactly one of prompt (token ids) and text", id);
+    throw ProtocolError("prompt: expected exactly one of prompt (token ids) and text", id,
+                        "prompt");
   }
   if (m.contains("prompt")) out.request.prompt = integers(m["prompt"], "prompt", id);
   if (m.contains("text")) {
@@ -104,7 +111,8 @@ void read_request(const json& m, Message& out) {
     out.text = m["text"].get<std::string>();
   }
   if (!m.contains("max_new_tokens")) {
-    throw ProtocolError("max_new_tokens: expected an integer >= 1 but got none", id);
+    throw ProtocolError("max_new_tokens: expected an integer >= 1 but got none", id,
+                        "max_new_tokens");
   }
   out.request.max_new_tokens = integer(m["max_new_tokens"], "max_new_tokens", id);
   const SamplingFields f = reader(id).read_sampling(m);
@@ -142,8 +150,10 @@ Message parse_message(const std::string& line) {
   return out;
 }
 
-std::string reply_line(const json& id, const reference::Completion& c,
-                       const std::optional<std::string>& text) {
+namespace {
+
+json reply_json(const json& id, const reference::Completion& c,
+                const std::optional<std::string>& text) {
   json out = {{"id", id},
               {"tokens", c.tokens},
               {"finish", reference::to_string(c.finish)},
@@ -159,14 +169,27 @@ std::string reply_line(const json& id, const reference::Completion& c,
     }
     out["logprobs"] = std::move(list);
   }
+  return out;
+}
+
+std::string line_of(const json& out) {
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-std::string error_line(const json& id, const std::string& error) {
+}  // namespace
+
+std::string reply_line(const json& id, const reference::Completion& c,
+                       const std::optional<std::string>& text) {
+  return line_of(reply_json(id, c, text));
+}
+
+std::string error_line(const json& id, const std::string& error, const std::string& field) {
   reference::Completion c;
   c.finish = reference::Finish::kError;
   c.error = error;
-  return reply_line(id, c);
+  json out = reply_json(id, c, std::nullopt);
+  if (!field.empty()) out["field"] = field;
+  return line_of(out);
 }
 
 }  // namespace statickv::serve

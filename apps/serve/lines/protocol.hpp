@@ -10,7 +10,8 @@
 //        {"cancel": <id>}
 //   out: {"id": ..., "tokens": [...], "finish": "length"|"stop"|"cancelled"|"error",
 //         "queue_s": ..., "ttft_s": ..., "decode_tokens_per_s": ...,
-//         "error": "..." (rejected only), "text": "..." (with a tokenizer),
+//         "error": "..." and "field": "..." (rejected only; field: the request's
+//         field at fault, when one is), "text": "..." (with a tokenizer),
 //         "logprobs": [{"token", "logprob", "top": [[id, logprob], ...]}] (asked only)}
 //
 // A line that is not such an object throws ProtocolError naming the field,
@@ -29,9 +30,10 @@ namespace statickv::serve {
 /// A line the protocol refuses; id is the request's id (null when unknown).
 class ProtocolError : public std::invalid_argument {
  public:
-  ProtocolError(const std::string& what, nlohmann::json id)
-      : std::invalid_argument(what), id(std::move(id)) {}
+  ProtocolError(const std::string& what, nlohmann::json id, std::string field = "")
+      : std::invalid_argument(what), id(std::move(id)), field(std::move(field)) {}
   nlohmann::json id;
+  std::string field;  ///< the request's field at fault ("": the line as a whole)
 };
 
 /// One input line, parsed.
@@ -50,7 +52,9 @@ Message parse_message(const std::string& line);
 std::string reply_line(const nlohmann::json& id, const reference::Completion& c,
                        const std::optional<std::string>& text = std::nullopt);
 
-/// The reply line of a rejected request.
-std::string error_line(const nlohmann::json& id, const std::string& error);
+/// The reply line of a rejected request; `field` (when not empty) names the
+/// request's field at fault as data, beside the message.
+std::string error_line(const nlohmann::json& id, const std::string& error,
+                       const std::string& field = "");
 
 }  // namespace statickv::serve

@@ -2,6 +2,8 @@
 
 #include "server.hpp"
 
+#include <statickv/support/field_error.hpp>
+
 #include <c10/util/Exception.h>
 
 #include <cstdio>
@@ -35,7 +37,7 @@ void Server::handle(const std::string& line, double now_s) {
   try {
     message = parse_message(line);
   } catch (const ProtocolError& e) {
-    out_ << error_line(e.id, e.what()) << std::endl;
+    out_ << error_line(e.id, e.what(), e.field) << std::endl;
     return;
   }
   if (message.cancel) {
@@ -51,8 +53,9 @@ void Server::handle(const std::string& line, double now_s) {
 void Server::submit(Message message, ServeClock::time_point arrival) {
   try {
     if (message.text) {
-      TORCH_CHECK(text_ != nullptr,
-                  "text: expected prompt (token ids): this server has no tokenizer (--tokenizer)");
+      STATICKV_CHECK_FIELD(text_ != nullptr, "text",
+                           "expected prompt (token ids): this server has no tokenizer "
+                           "(--tokenizer)");
       message.request.prompt = text_->encode_prompt(*message.text);
     }
     message.request.arrival = arrival;
@@ -60,9 +63,12 @@ void Server::submit(Message message, ServeClock::time_point arrival) {
     scheduler_.submit(std::move(message.request));
     ids_[key] = message.id;
   } catch (const c10::Error& e) {
-    out_ << error_line(message.id, e.what_without_backtrace()) << std::endl;
+    // A refused field travels as data (FieldError); any other refusal names none.
+    const auto* refused = dynamic_cast<const reference::FieldError*>(&e);
+    out_ << error_line(message.id, e.what_without_backtrace(), refused ? refused->field() : "")
+         << std::endl;
   } catch (const std::exception& e) {  // the tokenizer's errors
-    out_ << error_line(message.id, std::string("text: ") + e.what()) << std::endl;
+    out_ << error_line(message.id, std::string("text: ") + e.what(), "text") << std::endl;
   }
 }
 
