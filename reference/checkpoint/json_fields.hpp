@@ -25,10 +25,6 @@ using Json = nlohmann::json;
 /// json/file.hpp's failures as c10::Errors.
 inline void fail_with_c10_error(const std::string& message) { TORCH_CHECK(false, message); }
 
-inline std::string read_text_file(const std::string& path) {
-  return ::statickv::json::read_text_file(path, fail_with_c10_error);
-}
-
 inline Json parse_json(const std::string& path, const char* begin, const char* end,
                        const char* what) {
   return ::statickv::json::parse_json<Json>(path, begin, end, what, fail_with_c10_error);

@@ -168,10 +168,7 @@ void SchedulerThread::admit(Submission s) {
         scheduler_.cancel(done);
         live_.erase(done);
       }
-      // A refused field travels as data (FieldError); any other refusal has no param.
-      const auto* refused = dynamic_cast<const reference::FieldError*>(&e);
-      s.stream->reject(
-          ApiError(400, e.what_without_backtrace(), refused ? refused->field() : std::string()));
+      s.stream->reject(ApiError(400, e.what_without_backtrace(), reference::refused_field(e)));
       return;
     }
     admitted.push_back(id);

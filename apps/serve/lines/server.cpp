@@ -63,9 +63,7 @@ void Server::submit(Message message, ServeClock::time_point arrival) {
     scheduler_.submit(std::move(message.request));
     ids_[key] = message.id;
   } catch (const c10::Error& e) {
-    // A refused field travels as data (FieldError); any other refusal names none.
-    const auto* refused = dynamic_cast<const reference::FieldError*>(&e);
-    out_ << error_line(message.id, e.what_without_backtrace(), refused ? refused->field() : "")
+    out_ << error_line(message.id, e.what_without_backtrace(), reference::refused_field(e))
          << std::endl;
   } catch (const std::exception& e) {  // the tokenizer's errors
     out_ << error_line(message.id, std::string("text: ") + e.what(), "text") << std::endl;

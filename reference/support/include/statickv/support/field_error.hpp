@@ -32,6 +32,13 @@ class FieldError : public c10::Error {
   std::string field_;
 };
 
+/// The field `e` refuses, as data: a FieldError's field(), else empty (a
+/// refusal that names no one field). What a server answers as the param.
+inline std::string refused_field(const c10::Error& e) {
+  const auto* refused = dynamic_cast<const FieldError*>(&e);
+  return refused ? refused->field() : std::string();
+}
+
 }  // namespace statickv::reference
 
 #define STATICKV_FIELD_ERROR_WHERE \
