@@ -13,8 +13,8 @@
 #include "bench_model.hpp"
 
 #include <statickv/aoti/package_decoder.hpp>
-#include <statickv/reference/backends.hpp>
-#include <statickv/reference/checkpoint.hpp>
+#include <statickv/model/backends.hpp>
+#include <statickv/model/checkpoint.hpp>
 
 #include <fmt/format.h>
 

@@ -7,9 +7,9 @@
 
 #include <statickv/statickv.hpp>
 
-#include <statickv/reference/checkpoint.hpp>
-#include <statickv/reference/generator.hpp>
-#include <statickv/reference/model.hpp>
+#include <statickv/engine/generator.hpp>
+#include <statickv/model/checkpoint.hpp>
+#include <statickv/model/model.hpp>
 
 #include "bench_util.hpp"
 

@@ -20,9 +20,9 @@
 
 #include "bench_model.hpp"
 
+#include <statickv/engine/chained_decode.hpp>
 #include <statickv/kernel_switches.hpp>
 #include <statickv/op_counter.hpp>
-#include <statickv/reference/chained_decode.hpp>
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 

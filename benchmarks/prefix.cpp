@@ -19,8 +19,8 @@
 #include "bench_model.hpp"
 #include "serving_trace.hpp"
 
-#include <statickv/reference/checkpoint.hpp>
-#include <statickv/reference/scheduler.hpp>
+#include <statickv/engine/scheduler.hpp>
+#include <statickv/model/checkpoint.hpp>
 
 #include <fmt/format.h>
 

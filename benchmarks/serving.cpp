@@ -2,7 +2,7 @@
 // static batching (reference::Generator) on the same request trace, replayed
 // in real time: Poisson arrivals at --rate requests/s, prompt and output
 // lengths log-uniform in [--min-prompt, --max-prompt] and [--min-new,
-// --max-new] (reference/include/statickv/reference/trace.hpp).
+// --max-new] (reference/engine/include/statickv/engine/trace.hpp).
 //
 // Static batching: whenever the Generator is free it takes every request
 // that has arrived (up to --max-batch) as one ragged batch and generates
@@ -22,8 +22,8 @@
 #include "bench_model.hpp"
 #include "serving_trace.hpp"
 
-#include <statickv/reference/scheduler.hpp>
-#include <statickv/reference/trace.hpp>
+#include <statickv/engine/scheduler.hpp>
+#include <statickv/engine/trace.hpp>
 
 #include <fmt/format.h>
 

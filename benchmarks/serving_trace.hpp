@@ -6,7 +6,7 @@
 
 #include "bench_util.hpp"
 
-#include <statickv/reference/scheduler.hpp>
+#include <statickv/engine/scheduler.hpp>
 
 #include <fmt/format.h>
 

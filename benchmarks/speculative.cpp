@@ -21,7 +21,7 @@
 #include "bench_model.hpp"
 
 #ifdef STATICKV_BENCH_TOKENIZER
-#include <statickv/reference/checkpoint.hpp>
+#include <statickv/model/checkpoint.hpp>
 #include <statickv/text/chat_template.hpp>
 #include <statickv/text/tokenizer.hpp>
 #endif

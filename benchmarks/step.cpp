@@ -15,7 +15,7 @@
 
 #include "bench_model.hpp"
 
-#include <statickv/reference/step_count.hpp>
+#include <statickv/engine/step_count.hpp>
 #include <statickv/sampling/host_sampling.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>

@@ -6,6 +6,7 @@ file(GLOB_RECURSE files RELATIVE ${SOURCE_DIR}
      ${SOURCE_DIR}/src/*.cu ${SOURCE_DIR}/src/*.cuh ${SOURCE_DIR}/tests/*.cpp
      ${SOURCE_DIR}/tests/*.hpp ${SOURCE_DIR}/benchmarks/*.cpp ${SOURCE_DIR}/benchmarks/*.hpp
      ${SOURCE_DIR}/examples/*.cpp ${SOURCE_DIR}/reference/*.cpp ${SOURCE_DIR}/reference/*.hpp
+     ${SOURCE_DIR}/reference/*.cu ${SOURCE_DIR}/reference/*.cuh
      ${SOURCE_DIR}/apps/*.cpp ${SOURCE_DIR}/apps/*.hpp ${SOURCE_DIR}/python/*.cpp
      ${SOURCE_DIR}/python/*.hpp ${SOURCE_DIR}/aoti/*.cpp ${SOURCE_DIR}/aoti/*.hpp)
 set(bad "")

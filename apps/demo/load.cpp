@@ -5,7 +5,7 @@
 #include "prompts.hpp"
 
 #include <statickv/flags/flags.hpp>
-#include <statickv/reference/checkpoint.hpp>
+#include <statickv/model/checkpoint.hpp>
 
 #include <fmt/format.h>
 

@@ -8,7 +8,7 @@
 #include "text_mode.hpp"
 
 #include <statickv/apps/model_flags.hpp>
-#include <statickv/reference/model.hpp>
+#include <statickv/model/model.hpp>
 
 #include <cstdint>
 #include <memory>

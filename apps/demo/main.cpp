@@ -16,8 +16,8 @@
 
 #include <statickv/apps/model_flags.hpp>
 #include <statickv/apps/storage_flags.hpp>
+#include <statickv/engine/generator.hpp>
 #include <statickv/flags/flags.hpp>
-#include <statickv/reference/generator.hpp>
 
 #include <fmt/format.h>
 

@@ -7,7 +7,7 @@
 #include "load.hpp"
 #include "options.hpp"
 
-#include <statickv/reference/generator.hpp>
+#include <statickv/engine/generator.hpp>
 
 #include <cstdint>
 #include <string>

@@ -13,7 +13,7 @@
 // Without statickv::tokenizer (pytorch-tokenizers missing at configure
 // time, docs/tokenizer.md) TextSession::open throws a FlagError saying so.
 
-#include <statickv/reference/generator.hpp>
+#include <statickv/engine/generator.hpp>
 
 #include <chrono>
 #include <cstdint>

@@ -13,9 +13,9 @@
 #endif
 
 #include <statickv/apps/model_flags.hpp>
+#include <statickv/engine/scheduler.hpp>
 #include <statickv/flags/flags.hpp>
-#include <statickv/reference/checkpoint.hpp>
-#include <statickv/reference/scheduler.hpp>
+#include <statickv/model/checkpoint.hpp>
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>

@@ -4,8 +4,8 @@
 
 #include <statickv/apps/storage_flags.hpp>
 #include <statickv/buckets.hpp>
+#include <statickv/engine/engine.hpp>
 #include <statickv/flags/flags.hpp>
-#include <statickv/reference/engine.hpp>
 
 #include <fmt/format.h>
 

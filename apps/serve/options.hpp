@@ -4,8 +4,8 @@
 // flags::FlagError naming the flag (exit status 2).
 
 #include <statickv/apps/model_flags.hpp>
-#include <statickv/reference/model_config.hpp>
-#include <statickv/reference/scheduler.hpp>
+#include <statickv/engine/scheduler.hpp>
+#include <statickv/model/model_config.hpp>
 
 #include <cstdint>
 #include <string>

@@ -4,7 +4,7 @@
 
 #include "serve/options.hpp"
 
-#include <statickv/reference/scheduler.hpp>
+#include <statickv/engine/scheduler.hpp>
 
 namespace statickv::serve {
 

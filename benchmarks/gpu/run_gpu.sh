@@ -389,8 +389,8 @@ if "$PY" -c 'import transformers' 2>/dev/null && have "$B/statickv_bench_chained
 fi
 if ((!dry)); then
   # Tensor parallelism, world 1 through NCCL (docs/tensor_parallel.md): seconds.
-  have "$BUILD/tests/reference/tp/statickv_tp_cuda_tests" &&
-    stage tp_cuda_tests 15 60 "$BUILD/tests/reference/tp/statickv_tp_cuda_tests" "[cuda]" --durations yes
+  have "$BUILD/tests/tp/statickv_tp_cuda_tests" &&
+    stage tp_cuda_tests 15 60 "$BUILD/tests/tp/statickv_tp_cuda_tests" "[cuda]" --durations yes
 fi
 have "$B/statickv_bench_model" &&
   stage model_decode 40 75 "$B/statickv_bench_model" --device "$DEV" "${model[@]}" --json "$RES/model_decode.json"

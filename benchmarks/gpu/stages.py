@@ -69,7 +69,7 @@ STAGES = {
     # compiled static cache, a gpt-fast-style model file, statickv.
     "chained_arms": (2, 150, BENCH + ["benchmarks/chained_arms.py", "benchmarks/chained_decode.cpp",
                                       "benchmarks/hf_compare_parts"]),
-    "tp_cuda_tests": (2, 10, ["tests/CMakeLists.txt", "tests/reference/tp"]),
+    "tp_cuda_tests": (2, 10, ["tests/CMakeLists.txt", "tests/tp"]),
     "model_decode": (2, 15, BENCH + ["benchmarks/model.cpp"]),
     "hf_roofline": (2, 140, HF),
     "context_length": (2, 40, BENCH + ["benchmarks/context.cpp"]),

@@ -5,7 +5,7 @@
 // are pinned here too: they must land in the scratch slot, never outside a
 // buffer. Config validation, the mask and attention helpers, ShapeBuckets
 // and GraphRunner have their own files (test_bad_input_*.cpp); checkpoint
-// loading is pinned in tests/reference/test_checkpoint.cpp.
+// loading is pinned in tests/model/test_checkpoint.cpp.
 
 #include "bad_input.hpp"
 

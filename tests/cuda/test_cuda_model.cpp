@@ -4,10 +4,10 @@
 #include "support.hpp"
 #include "support/generation.hpp"
 
-#include <statickv/reference/act_mul.hpp>
-#include <statickv/reference/chained_decode.hpp>
-#include <statickv/reference/checkpoint.hpp>
-#include <statickv/reference/generator.hpp>
+#include <statickv/engine/chained_decode.hpp>
+#include <statickv/engine/generator.hpp>
+#include <statickv/model/act_mul.hpp>
+#include <statickv/model/checkpoint.hpp>
 
 using namespace statickv;
 using namespace statickv::reference;

@@ -9,8 +9,8 @@
 #include "support/generation.hpp"
 #include "support/rotary.hpp"
 
-#include <statickv/reference/checkpoint.hpp>
-#include <statickv/reference/generator.hpp>
+#include <statickv/engine/generator.hpp>
+#include <statickv/model/checkpoint.hpp>
 
 using namespace statickv;
 using namespace statickv::test;

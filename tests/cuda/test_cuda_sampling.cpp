@@ -6,9 +6,9 @@
 #include "support.hpp"
 #include "support/generation.hpp"
 
-#include <statickv/reference/checkpoint.hpp>
-#include <statickv/reference/scheduler.hpp>
-#include <statickv/reference/step_count.hpp>
+#include <statickv/engine/scheduler.hpp>
+#include <statickv/engine/step_count.hpp>
+#include <statickv/model/checkpoint.hpp>
 #include <statickv/sampling/head.hpp>
 
 using namespace statickv;

@@ -10,8 +10,8 @@
 
 #include <statickv/aoti/fingerprint.hpp>
 #include <statickv/aoti/package_decoder.hpp>
-#include <statickv/reference/checkpoint.hpp>
-#include <statickv/reference/generator.hpp>
+#include <statickv/engine/generator.hpp>
+#include <statickv/model/checkpoint.hpp>
 
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 

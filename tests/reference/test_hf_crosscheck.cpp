@@ -8,8 +8,8 @@
 
 #include "support/hf.hpp"
 
-#include <statickv/reference/checkpoint.hpp>
-#include <statickv/reference/generator.hpp>
+#include <statickv/engine/generator.hpp>
+#include <statickv/model/checkpoint.hpp>
 #include <statickv/sampling/head.hpp>
 
 #include <cstdio>

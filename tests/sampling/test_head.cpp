@@ -5,7 +5,7 @@
 // the composition, refusals by name, and the CUDA greedy grid's CPU twin.
 // The comparison with transformers' own logits processors is the [hf] case
 // in tests/reference/test_hf_crosscheck.cpp; the head inside Generator's and
-// the Scheduler's steps is tests/reference/test_sampling.cpp.
+// the Scheduler's steps is tests/engine/test_sampling.cpp.
 
 #include "support.hpp"
 #include "support/sampling.hpp"

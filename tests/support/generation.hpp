@@ -4,8 +4,8 @@
 #include "../support.hpp"
 #include "sampling.hpp"
 
-#include <statickv/reference/generator.hpp>
-#include <statickv/reference/scheduler.hpp>
+#include <statickv/engine/generator.hpp>
+#include <statickv/engine/scheduler.hpp>
 
 #include <algorithm>
 #include <map>

@@ -4,7 +4,7 @@
 
 #include "../support.hpp"
 
-#include <statickv/reference/checkpoint.hpp>
+#include <statickv/model/checkpoint.hpp>
 
 #include <cstdlib>
 #include <filesystem>

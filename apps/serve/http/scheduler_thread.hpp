@@ -9,7 +9,7 @@
 #include "request.hpp"
 #include "serve/text_tools.hpp"
 
-#include <statickv/reference/scheduler.hpp>
+#include <statickv/engine/scheduler.hpp>
 #include <statickv/text/stop_text.hpp>
 
 #include <atomic>

@@ -8,7 +8,7 @@
 #include "scheduler_thread.hpp"
 #include "serve/text_tools.hpp"
 
-#include <statickv/reference/scheduler.hpp>
+#include <statickv/engine/scheduler.hpp>
 
 #include <cstdint>
 #include <memory>

@@ -7,8 +7,8 @@
 
 #include "line_reader.hpp"
 
-#include <statickv/reference/scheduler.hpp>
-#include <statickv/reference/tensor_parallel.hpp>
+#include <statickv/engine/scheduler.hpp>
+#include <statickv/model/tensor_parallel.hpp>
 
 #include <nlohmann/json.hpp>
 

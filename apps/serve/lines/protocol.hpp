@@ -17,7 +17,7 @@
 // A line that is not such an object throws ProtocolError naming the field,
 // with the id when it could be read, so the reply can carry it.
 
-#include <statickv/reference/scheduler.hpp>
+#include <statickv/engine/scheduler.hpp>
 
 #include <nlohmann/json.hpp>
 

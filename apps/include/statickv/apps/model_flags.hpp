@@ -7,10 +7,10 @@
 // same shapes, refuse the same combinations and start ranks the same way.
 
 #include <statickv/flags/flags.hpp>
-#include <statickv/reference/checkpoint.hpp>
-#include <statickv/reference/model.hpp>
+#include <statickv/model/checkpoint.hpp>
+#include <statickv/model/model.hpp>
 #ifdef STATICKV_APPS_TP
-#include <statickv/reference/tp_transport.hpp>
+#include <statickv/tp/transport.hpp>
 #endif
 
 #include <cstdio>

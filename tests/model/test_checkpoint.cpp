@@ -1,0 +1,321 @@
+// Checkpoint directories (load_checkpoint): single file and sharded, dtype
+// conversion, tied heads, tensors the model does not read, and the errors for
+// each kind of broken checkpoint, naming the file and the tensor.
+
+#include "checkpoint_files.hpp"
+
+#include <statickv/model/checkpoint.hpp>
+#include <statickv/model/prompt_cache.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+using namespace statickv;
+using namespace statickv::reference;
+using namespace statickv::test;
+using namespace statickv::test::checkpoint;
+
+// ---------------------------------------------------------------------------
+// Checkpoint directories
+
+TEST_CASE("a checkpoint in the transformers 5 layout loads back its config and exact weights",
+          "[checkpoint]") {
+  TempDir tmp;
+  const Weights weights = tiny_weights();
+  write_tiny_checkpoint(tmp, weights);
+
+  const Checkpoint loaded = load_checkpoint(tmp.dir(), at::kFloat, at::kCPU);
+  check_same_config(loaded.config, named_config("tiny"));
+  check_same_weights(loaded.weights, weights);
+}
+
+TEST_CASE("a config in the older rope_theta layout loads the same config", "[checkpoint]") {
+  TempDir tmp;
+  const Weights weights = tiny_weights();
+  write_safetensors(tmp.file("model.safetensors"), weights);
+  write_text(tmp.file("config.json"), kTinyConfigV4);
+
+  const Checkpoint loaded = load_checkpoint(tmp.dir(), at::kFloat, at::kCPU);
+  check_same_config(loaded.config, named_config("tiny"));
+  check_same_weights(loaded.weights, weights);
+}
+
+TEST_CASE("a sharded checkpoint loads the same weights as a single file", "[checkpoint]") {
+  TempDir tmp;
+  const Weights weights = tiny_weights();
+  write_sharded_tiny_checkpoint(tmp, weights);
+  REQUIRE_FALSE(fs::exists(tmp.file("model.safetensors")));
+
+  const Checkpoint loaded = load_checkpoint(tmp.dir(), at::kFloat, at::kCPU);
+  check_same_config(loaded.config, named_config("tiny"));
+  check_same_weights(loaded.weights, weights);
+}
+
+TEST_CASE("loading on the CPU in the file's dtype uses the mapped tensors in place",
+          "[checkpoint]") {
+  TempDir tmp;
+  write_tiny_checkpoint(tmp, tiny_weights());
+  const uintmax_t size = fs::file_size(tmp.file("model.safetensors"));
+
+  const Checkpoint loaded = load_checkpoint(tmp.dir(), at::kFloat, at::kCPU);
+  const at::Tensor& first = loaded.weights.at("model.embed_tokens.weight");
+  for (const auto& [name, tensor] : loaded.weights) {
+    INFO(name);
+    CHECK(within(tensor, first, size));
+  }
+}
+
+TEST_CASE("loading in another dtype converts every weight", "[checkpoint]") {
+  TempDir tmp;
+  const Weights weights = tiny_weights();
+  write_tiny_checkpoint(tmp, weights);
+
+  const Checkpoint loaded = load_checkpoint(tmp.dir(), at::kBFloat16, at::kCPU);
+  REQUIRE(loaded.weights.size() == weights.size());
+  for (const auto& [name, tensor] : weights) {
+    INFO(name);
+    CHECK(loaded.weights.at(name).scalar_type() == at::kBFloat16);
+    CHECK(at::equal(loaded.weights.at(name), tensor.to(at::kBFloat16)));
+  }
+}
+
+TEST_CASE("rotary inv_freq buffers in a checkpoint are derived, not weights: skipped, not refused",
+          "[checkpoint]") {
+  TempDir tmp;
+  Weights weights = tiny_weights();
+  weights["model.layers.0.self_attn.rotary_emb.inv_freq"] = at::ones({8});
+  weights["model.rotary_emb.inv_freq"] = at::ones({8});
+  write_tiny_checkpoint(tmp, weights);
+
+  const Checkpoint loaded = load_checkpoint(tmp.dir(), at::kFloat, at::kCPU);
+  CHECK(loaded.weights.count("model.layers.0.self_attn.rotary_emb.inv_freq") == 0);
+  CHECK(loaded.weights.size() == weights.size() - 2);
+}
+
+TEST_CASE("a tied checkpoint needs no lm_head.weight", "[checkpoint]") {
+  TempDir tmp;
+  ModelConfig config = named_config("tiny");
+  config.tie_word_embeddings = true;
+  const Weights weights = random_weights(config, /*seed=*/3, at::kFloat, at::kCPU);
+  CHECK(weights.count("lm_head.weight") == 0);
+  write_safetensors(tmp.file("model.safetensors"), weights);
+  std::string text = kTinyConfigV5;
+  const std::string untied = "\"tie_word_embeddings\": false";
+  text.replace(text.find(untied), untied.size(), "\"tie_word_embeddings\": true");
+  write_text(tmp.file("config.json"), text);
+
+  const Checkpoint loaded = load_checkpoint(tmp.dir(), at::kFloat, at::kCPU);
+  CHECK(loaded.config.tie_word_embeddings);
+  check_same_weights(loaded.weights, weights);
+}
+
+// ---------------------------------------------------------------------------
+// Tensors the model does not read.
+
+TEST_CASE("a checkpoint with tensors the model ignores is refused, naming every one",
+          "[checkpoint]") {
+  TempDir tmp;
+  Weights weights = tiny_weights();
+  weights["model.layers.0.self_attn.o_proj.bias"] = at::zeros({64});
+  weights["model.layers.1.mlp.gate_proj.bias"] = at::zeros({128});
+  write_tiny_checkpoint(tmp, weights);
+  require_error([&] { load_checkpoint(tmp.dir(), at::kFloat, at::kCPU); },
+                {tmp.dir(), "2 it would ignore", "model.layers.0.self_attn.o_proj.bias",
+                 "model.layers.1.mlp.gate_proj.bias", "allow_unused_tensors"});
+  LoadOptions options;
+  options.allow_unused_tensors = true;
+  const Checkpoint ckpt = load_checkpoint(tmp.dir(), at::kFloat, at::kCPU, options);
+  CHECK(ckpt.weights.count("model.layers.0.self_attn.o_proj.bias") == 0);
+  check_same_weights(ckpt.weights, tiny_weights());
+}
+
+TEST_CASE("a tied checkpoint may also hold lm_head.weight when it equals the embedding",
+          "[checkpoint]") {
+  TempDir tmp;
+  ModelConfig config = named_config("tiny");
+  config.tie_word_embeddings = true;
+  Weights weights = random_weights(config, /*seed=*/1, at::kFloat, at::kCPU);
+  weights["lm_head.weight"] = weights.at("model.embed_tokens.weight").clone();
+  std::string text = kTinyConfigV5;
+  const std::string untied = "\"tie_word_embeddings\": false";
+  text.replace(text.find(untied), untied.size(), "\"tie_word_embeddings\": true");
+  write_text(tmp.file("config.json"), text);
+  write_safetensors(tmp.file("model.safetensors"), weights);
+  CHECK(load_checkpoint(tmp.dir(), at::kFloat, at::kCPU).config.tie_word_embeddings);
+
+  weights["lm_head.weight"] = weights.at("lm_head.weight").add(1.0);
+  write_safetensors(tmp.file("model.safetensors"), weights);
+  LoadOptions options;
+  options.allow_unused_tensors = true;  // a contradiction is refused even so
+  require_error([&] { load_checkpoint(tmp.dir(), at::kFloat, at::kCPU, options); },
+                {"lm_head.weight", "tie_word_embeddings", "different"});
+}
+
+TEST_CASE("load_config names the file and the field of an unusable config", "[checkpoint]") {
+  TempDir tmp;
+  const std::string path = tmp.file("config.json");
+  struct Bad {
+    std::string text;
+    std::vector<std::string> fragments;
+  };
+  const std::vector<Bad> cases = {
+      {tiny_config_with(R"("model_type": "gpt2")"), {"model_type", "\"gpt2\""}},
+      {R"({"model_type": "llama", "vocab_size": null})", {"vocab_size", "integer", "null"}},
+      {tiny_config_with(R"("model_type": "llama", "vocab_size": "big")"), {"vocab_size"}},
+      {tiny_config_with(R"("model_type": "llama", "rope_scaling": {"rope_type": "yarn"})"),
+       {"rope_scaling.rope_type", "yarn"}},
+      {tiny_config_with(R"("model_type": "llama", "rope_scaling": {"rope_type": "llama3"})"),
+       {"rope_scaling.factor"}},
+      {tiny_config_with(R"("model_type": "qwen2", "use_sliding_window": true,
+          "sliding_window": 8, "layer_types": ["full_attention"])"),
+       {"layer_types", "num_hidden_layers (4)"}},
+      {tiny_config_with(R"("model_type": "qwen2", "layer_types": ["sliding_attention",
+          "full_attention", "full_attention", "full_attention"])"),
+       {"layer_types", "use_sliding_window", "no window"}},
+      {tiny_config_with(R"("model_type": "llama", "num_key_value_heads": 3)"),
+       {"ModelConfig.num_key_value_heads"}},
+      {tiny_config_with(R"("model_type": "llama", "hidden_act": "gelu")"), {"hidden_act"}},
+      {tiny_config_with(R"("model_type": "llama", "mlp_bias": true)"), {"mlp_bias"}},
+      {tiny_config_with(R"("model_type": "gemma2", "hidden_activation": "gelu")"),
+       {"hidden_activation", "gelu_pytorch_tanh", "\"gelu\""}},
+      {tiny_config_with(R"("model_type": "gemma3_text", "use_bidirectional_attention": true)"),
+       {"use_bidirectional_attention"}},
+      {tiny_config_with(
+           R"("model_type": "gemma3_text", "rope_parameters": {"rope_type": "default"})"),
+       {"rope_parameters", "full_attention", "sliding_attention"}},
+      {tiny_config_with(R"("model_type": "gemma3_text", "rope_parameters": {
+          "full_attention": {"rope_type": "yarn", "factor": 8.0}})"),
+       {"rope_parameters.full_attention.rope_type", "yarn"}},
+      {tiny_config_with(R"("model_type": "gemma2", "query_pre_attn_scalar": 0)"),
+       {"query_pre_attn_scalar"}},
+      {tiny_config_with(R"("model_type": "qwen3", "sliding_window": 8,
+          "layer_types": ["sliding_attention", "full_attention", "full_attention",
+                          "full_attention"])"),
+       {"layer_types", "use_sliding_window", "no window"}},
+  };
+  for (const Bad& bad : cases) {
+    INFO(bad.text);
+    write_text(path, bad.text);
+    std::vector<std::string> fragments = bad.fragments;
+    fragments.push_back(path);
+    require_error([&] { load_config(path); }, fragments);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Broken checkpoints: each error names the file and, where there is one, the
+// tensor.
+
+TEST_CASE("a missing tensor is named with the file searched", "[checkpoint]") {
+  TempDir tmp;
+  Weights weights = tiny_weights();
+  weights.erase("model.layers.1.mlp.up_proj.weight");
+  write_tiny_checkpoint(tmp, weights);
+  require_error([&] { load_checkpoint(tmp.dir(), at::kFloat, at::kCPU); },
+                {tmp.file("model.safetensors"), "model.layers.1.mlp.up_proj.weight"});
+}
+
+TEST_CASE("a tensor missing from a sharded index is named with the shards searched",
+          "[checkpoint]") {
+  TempDir tmp;
+  Weights weights = tiny_weights();
+  weights.erase("model.norm.weight");
+  write_sharded_tiny_checkpoint(tmp, weights);
+  require_error([&] { load_checkpoint(tmp.dir(), at::kFloat, at::kCPU); },
+                {"model.safetensors.index.json", "model.norm.weight", kShard1, kShard2});
+}
+
+TEST_CASE("a tensor of the wrong shape is named with both shapes", "[checkpoint]") {
+  TempDir tmp;
+  Weights weights = tiny_weights();
+  weights["model.layers.0.self_attn.k_proj.weight"] = at::zeros({16, 64});
+  write_tiny_checkpoint(tmp, weights);
+  require_error([&] { load_checkpoint(tmp.dir(), at::kFloat, at::kCPU); },
+                {tmp.file("model.safetensors"), "model.layers.0.self_attn.k_proj.weight",
+                 "expected shape [32, 64]", "got [16, 64]"});
+}
+
+TEST_CASE("an integer tensor where a weight belongs is named with its dtype", "[checkpoint]") {
+  TempDir tmp;
+  Weights weights = tiny_weights();
+  weights["model.norm.weight"] = at::ones({64}, i64());
+  write_tiny_checkpoint(tmp, weights);
+  require_error([&] { load_checkpoint(tmp.dir(), at::kFloat, at::kCPU); },
+                {tmp.file("model.safetensors"), "model.norm.weight", "floating", "I64"});
+}
+
+TEST_CASE("an unknown dtype is named with the file and tensor", "[checkpoint]") {
+  TempDir tmp;
+  write_tiny_checkpoint(tmp, tiny_weights());
+  // The header lists tensors by name, so the first "F32" is lm_head.weight's.
+  patch_file(tmp.file("model.safetensors"), "\"F32\"", "\"C64\"");
+  require_error([&] { load_checkpoint(tmp.dir(), at::kFloat, at::kCPU); },
+                {tmp.file("model.safetensors"), "lm_head.weight", "C64"});
+}
+
+TEST_CASE("a truncated file is named with the tensor that runs past its end", "[checkpoint]") {
+  TempDir tmp;
+  write_tiny_checkpoint(tmp, tiny_weights());
+  const std::string path = tmp.file("model.safetensors");
+  fs::resize_file(path, fs::file_size(path) - 4);
+  // Same-width tensors are written in name order, so model.norm.weight is last.
+  require_error([&] { load_checkpoint(tmp.dir(), at::kFloat, at::kCPU); },
+                {path, "model.norm.weight", "truncated"});
+}
+
+TEST_CASE("a tensor whose byte size does not match its shape is named", "[checkpoint]") {
+  TempDir tmp;
+  const std::string path = tmp.file("t.safetensors");
+  write_raw_safetensors(path, R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 12]}})",
+                        std::string(16, '\0'));
+  require_error([&] { read_safetensors(path); }, {path, "\"w\"", "expected 16 bytes"});
+}
+
+TEST_CASE("a file too short for its header is named", "[checkpoint]") {
+  TempDir tmp;
+  const std::string path = tmp.file("t.safetensors");
+  write_text(path, "abc");
+  require_error([&] { read_safetensors(path); }, {path, "at least 8 bytes"});
+  write_raw_safetensors(path, "{}", "");
+  patch_file(path, std::string("\x02\0\0\0", 4), std::string("\xff\0\0\0", 4));
+  require_error([&] { read_safetensors(path); }, {path, "header length"});
+}
+
+TEST_CASE("bad JSON in config.json is named with the file", "[checkpoint]") {
+  TempDir tmp;
+  write_safetensors(tmp.file("model.safetensors"), tiny_weights());
+  write_text(tmp.file("config.json"), R"({"model_type": "llama", "vocab_size": 12)");
+  require_error([&] { load_checkpoint(tmp.dir(), at::kFloat, at::kCPU); },
+                {tmp.file("config.json"), "invalid JSON"});
+}
+
+TEST_CASE("bad JSON in a safetensors header is named with the file", "[checkpoint]") {
+  TempDir tmp;
+  write_tiny_checkpoint(tmp, tiny_weights());
+  patch_file(tmp.file("model.safetensors"), "{\"__metadata__\"", "[\"__metadata__\"");
+  require_error([&] { load_checkpoint(tmp.dir(), at::kFloat, at::kCPU); },
+                {tmp.file("model.safetensors"), "invalid JSON"});
+}
+
+TEST_CASE("a missing config.json is named", "[checkpoint]") {
+  TempDir tmp;
+  write_safetensors(tmp.file("model.safetensors"), tiny_weights());
+  require_error([&] { load_checkpoint(tmp.dir(), at::kFloat, at::kCPU); },
+                {tmp.file("config.json")});
+}
+
+TEST_CASE("a directory without weights names the files it looked for", "[checkpoint]") {
+  TempDir tmp;
+  write_text(tmp.file("config.json"), kTinyConfigV5);
+  require_error([&] { load_checkpoint(tmp.dir(), at::kFloat, at::kCPU); },
+                {"model.safetensors", "model.safetensors.index.json"});
+}
+
+TEST_CASE("a missing shard file named in the index is named", "[checkpoint]") {
+  TempDir tmp;
+  write_sharded_tiny_checkpoint(tmp, tiny_weights());
+  fs::remove(tmp.file(kShard2));
+  require_error([&] { load_checkpoint(tmp.dir(), at::kFloat, at::kCPU); },
+                {"model.safetensors.index.json", tmp.file(kShard2)});
+}
