@@ -3,7 +3,7 @@
 `transformers serve --continuous-batching` and llama.cpp's `llama-server`.
 
 usage: serve_load.py --checkpoint DIR --serve BUILD/apps/statickv-serve
-                     [--servers statickv,lines,transformers,llama]
+                     [--servers statickv,gemm,lines,transformers,llama]
                      [--llama-server BIN --gguf FILE] [--aiperf BIN] [--workdir DIR]
                      [--concurrency 1,4,16]
                      [--requests N] [--rounds 1] [--prompt-tokens 96] [--max-tokens 32]
@@ -22,6 +22,9 @@ http.client, so the client itself costs little CPU.
 
 Servers (a fresh process for every level, so each level's step time is its own):
   statickv      statickv-serve --http: POST /v1/completions, streamed
+  gemm          the same with STATICKV_DISABLE_KERNELS=cpu_linear: every projection
+                through MKL's GEMM (Note [CPU projections]), the route measured
+                fastest against the one it replaced
   lines         statickv-serve in JSON-lines mode, the same requests as lines
                 ({"text", "max_new_tokens", "ignore_eos"}) on stdin, C in flight:
                 the engine without the HTTP front. TTFT here is the server's own
@@ -45,7 +48,8 @@ p50/p99, inter-token latency p50/p99 (gaps between content chunks), errors,
 the client's CPU use (CPU seconds over wall time: this process, or aiperf's);
 for statickv and lines the engine's mean step (the server's exit report:
 `mean X ms`); how many answers equal statickv's text (greedy, same weights).
-Then statickv / lines: tokens/s and mean step, the HTTP front's cost.
+Then statickv / lines: tokens/s and mean step, the HTTP front's cost; and
+statickv / gemm: what the measured projection route gains over MKL's GEMM.
 
 --strict exits 1 unless every request completed and JSON lines answered
 exactly what HTTP answered (greedy): ctest smollm2_serve_load runs a short
@@ -79,7 +83,7 @@ from tokenizers import Tokenizer  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 MEAN_STEP = re.compile(r"steps \((\d+) with prefill, mean ([\d.]+) ms\)")
-SERVERS = ("statickv", "lines", "aiperf", "transformers", "llama")
+SERVERS = ("statickv", "gemm", "lines", "aiperf", "transformers", "llama")
 
 
 def fail(flag, message):
@@ -233,8 +237,9 @@ def llama_command(args, port):
 
 def start_http(args, name):
     """(server, port, model name) of a started, ready HTTP server."""
-    if name == "statickv":
-        server = Server(name, statickv_command(args))
+    if name in ("statickv", "gemm"):
+        env = dict(os.environ, STATICKV_DISABLE_KERNELS="cpu_linear") if name == "gemm" else None
+        server = Server(name, statickv_command(args), env=env)
         server.wait_ready(args.start_timeout)
     else:
         port = free_port()
@@ -383,13 +388,18 @@ def print_level(concurrency, rounds):
               f"{100 * r['client_cpu']:>5.0f}% {same:>9}")
         for error in r["errors"]:
             print(f"    error: {error}")
-    if "statickv" in rounds and "lines" in rounds:
-        pairs = list(zip(rounds["statickv"], rounds["lines"]))
-        tokens = [h["tokens_per_s"] / j["tokens_per_s"] for h, j in pairs if j["tokens_per_s"]]
-        steps = [h["mean_step_ms"] / j["mean_step_ms"] for h, j in pairs
-                 if h["mean_step_ms"] and j["mean_step_ms"]]
-        print(f"  HTTP front, statickv / lines per round, median [min, max]: tokens/s "
-              f"{spread(tokens)}, mean step {spread(steps)}")
+    for other, label in (("lines", "HTTP front"), ("gemm", "CPU projections")):
+        if "statickv" in rounds and other in rounds:
+            print_pairs(label, other, list(zip(rounds["statickv"], rounds[other])))
+
+
+def print_pairs(label, other, pairs):
+    """statickv / `other` per round, tokens/s and mean step: median [min, max]."""
+    tokens = [h["tokens_per_s"] / j["tokens_per_s"] for h, j in pairs if j["tokens_per_s"]]
+    steps = [h["mean_step_ms"] / j["mean_step_ms"] for h, j in pairs
+             if h["mean_step_ms"] and j["mean_step_ms"]]
+    print(f"  {label}, statickv / {other} per round, median [min, max]: tokens/s "
+          f"{spread(tokens)}, mean step {spread(steps)}")
 
 
 # ----- main -------------------------------------------------------------------------------------

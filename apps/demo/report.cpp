@@ -4,6 +4,7 @@
 
 #include <statickv/apps/compare.hpp>
 #include <statickv/flags/flags.hpp>
+#include <statickv/model/cpu_linear.hpp>
 
 #include <fmt/format.h>
 
@@ -82,6 +83,12 @@ void print_header(const Options& o, const Loaded& run, const GenerateOptions& op
       chunk >= longest ? std::string("in one pass") : fmt::format("in passes of {} tokens", chunk),
       compare ? " (both runs)" : "", path_taken(*run.model, options),
       o.offload ? "; KV cache offloaded to host memory (--offload)" : "");
+  if (device.is_cpu() && dtype == at::kFloat) {
+    fmt::print(
+        "fused-path projections of 1 to {} rows: {} (measured fastest on this CPU; "
+        "Note [CPU projections])\n",
+        kStreamRows, route_name(linear_route()));
+  }
 }
 
 void report_run(const char* name, const GenerateResult& r) {

@@ -3,6 +3,7 @@
 #include "serve/report.hpp"
 
 #include <statickv/cache.hpp>
+#include <statickv/model/cpu_linear.hpp>
 
 #include <cstdio>
 
@@ -29,11 +30,23 @@ void print_cache_bytes(const Cache& cache) {
   }
 }
 
+// Which route a float32 CPU model's projections took (Note [CPU projections]).
+void print_projections(const Cache& cache) {
+  const CacheConfig& c = cache.config();
+  if (!c.device.is_cpu() || c.dtype != at::kFloat) return;
+  std::fprintf(stderr,
+               "statickv-serve: projections of 1 to %lld rows by %s (measured fastest on this CPU; "
+               "stream loop %s)\n",
+               static_cast<long long>(kStreamRows), route_name(linear_route()).c_str(),
+               stream_loop_isa().c_str());
+}
+
 }  // namespace
 
 void report(const Scheduler& scheduler, const Options& o) {
   const SchedulerStats s = scheduler.stats();
   print_cache_bytes(scheduler.cache());
+  print_projections(scheduler.cache());
   std::fprintf(stderr,
                "statickv-serve: %lld requests (%lld completed, %lld cancelled, %lld rejected), "
                "%lld steps (%lld with prefill, mean %.2f ms), occupancy %.3f, padded fraction "

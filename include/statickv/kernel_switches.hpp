@@ -25,6 +25,8 @@ inline const std::vector<std::string>& kernel_names() {
       "fp32_logits",   // fused path's LM head straight to float32 (CUDA) -> GEMM, then a cast
       "act_mul",  // fused path's act(gate) * up (CPU and CUDA) -> the activation, then a multiply
       "decode_prepare",  // prepare() of one query a row (CPU and CUDA) -> its ATen composition
+      "cpu_linear",      // fused path's projections of a few rows by the fastest route (CPU) -> the
+                         // GEMM
   };
   return names;
 }

@@ -162,6 +162,11 @@ CASES = [
     ("statickv_bench_context", ["--graphs", "--device", "cpu"],
      ["--graphs: expected a CUDA device", "cpu"]),
     ("statickv_bench_context", ["--graphs=yes"], ["--graphs: expected no value", "'yes'"]),
+    # statickv_bench_linear
+    ("statickv_bench_linear", ["--arms", "gemm,mkl"],
+     ["--arms: expected names among gemm, onednn, stream, bf16 but got 'mkl'"]),
+    ("statickv_bench_linear", ["--rows", "0"], ["--rows:", "got 0"]),
+    ("statickv_bench_linear", ["--rounds", "0"], ["--rounds: expected an integer >= 1"]),
     # statickv_bench_model
     ("statickv_bench_model", ["--shape", "tiny-mistral"], ["--shape: expected", "small",
                                                            "'tiny-mistral'"]),

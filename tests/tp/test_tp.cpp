@@ -78,7 +78,10 @@ sr::Weights decode(const std::string& model, int64_t world, bool vocab_parallel,
   return result;
 }
 
-// The same greedy ids, and logits within 1e-5 (all-reduce order).
+// The same greedy ids, and logits within 3e-5: the all-reduce's order, and
+// on the CPU the single process's fused projections take the route its
+// process measured fastest (Note [CPU projections]), which sums in another
+// order than the ranks' GEMMs (1.2e-5 seen).
 void require_same_decode(const sr::Weights& sharded, const sr::Weights& single) {
   REQUIRE(sharded.size() == single.size());
   for (const auto& [name, tensor] : single) {
@@ -86,7 +89,7 @@ void require_same_decode(const sr::Weights& sharded, const sr::Weights& single) 
     if (name.rfind("ids_", 0) == 0) {
       CHECK(at::equal(sharded.at(name), tensor));
     } else {
-      CHECK(sharded.at(name).sub(tensor).abs().max().item<double>() <= 1e-5);
+      CHECK(sharded.at(name).sub(tensor).abs().max().item<double>() <= 3e-5);
     }
   }
 }

@@ -6,6 +6,7 @@
 
 #include <statickv/detail/checks.hpp>
 #include <statickv/model/checkpoint.hpp>
+#include <statickv/model/cpu_linear.hpp>
 #include <statickv/model/model.hpp>
 
 #include <ATen/record_function.h>
@@ -46,6 +47,9 @@ LlamaModel::LlamaModel(ModelConfig config, Weights weights, TpShard tp)
   lm_head_ = config_.tie_word_embeddings ? embed_.narrow(0, plan_.vocab_first, plan_.vocab)
                                          : weights_.at(kLmHead);
   load_rope();
+  // Note [CPU projections]: the route is measured once per process, here
+  // at load rather than inside a first decode step someone is timing.
+  if (device_.is_cpu() && dtype_ == at::kFloat) linear_route();
 }
 
 // Every parameter this rank holds, at its shape, in the embedding's dtype

@@ -4,6 +4,7 @@
 
 #include <statickv/kernel_switches.hpp>
 #include <statickv/model/act_mul.hpp>
+#include <statickv/model/cpu_linear.hpp>
 #include <statickv/model/model.hpp>
 #include <statickv/model/rms_norm.hpp>
 #include <statickv/rotary.hpp>
@@ -16,15 +17,6 @@ namespace {
 
 at::Tensor project(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {}) {
   return at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt);
-}
-
-// x += a @ weight^T (+ bias), in place: the residual add folded into the
-// GEMM (beta = 1), so no separate add kernel and no new activation.
-void add_projection(at::Tensor& x, const at::Tensor& a, const at::Tensor& weight,
-                    const at::Tensor& bias) {
-  at::Tensor x2 = x.view({-1, x.size(-1)});
-  x2.addmm_(a.reshape({-1, a.size(-1)}), weight.t());
-  if (bias.defined()) x2.add_(bias);
 }
 
 }  // namespace
@@ -126,7 +118,9 @@ at::Tensor LlamaModel::mlp(const Layer& layer, const at::Tensor& g) const {
 // (backend.attend_rotary), one gate/up GEMM, the activation times up in
 // place. Where no norm follows a projection (every family but Gemma's
 // sandwich), the residual add is folded into the o_proj and down_proj
-// GEMMs, in place on x.
+// GEMMs, in place on x. Each projection is cpu_linear: on the CPU, a
+// decode step's few rows take the fastest route (Note [CPU
+// projections]); elsewhere it is the GEMM.
 void LlamaModel::fused_layer(int64_t l, at::Tensor& x, const Rotary& rot,
                              AttentionBackend& backend) const {
   const Layer& layer = layers_[static_cast<size_t>(l)];
@@ -135,13 +129,13 @@ void LlamaModel::fused_layer(int64_t l, at::Tensor& x, const Rotary& rot,
                                           sliding ? rot.sliding_sin : rot.sin, backend);
   const FusedNorms& f = layer.fused;
   if (!config_.sandwich_norms) {
-    add_projection(x, attn, layer.o_proj, layer.o_bias);
-    add_projection(x, fused_mlp(layer, fused_rms_norm(x, f.post_norm)), layer.down_proj, {});
+    cpu_linear_add(x, attn, layer.o_proj, layer.o_bias);
+    cpu_linear_add(x, fused_mlp(layer, fused_rms_norm(x, f.post_norm)), layer.down_proj, {});
     return;
   }
-  x.add_(fused_rms_norm(project(attn, layer.o_proj, layer.o_bias), f.post_norm));
+  x.add_(fused_rms_norm(cpu_linear(attn, layer.o_proj, layer.o_bias), f.post_norm));
   const at::Tensor down =
-      project(fused_mlp(layer, fused_rms_norm(x, f.pre_ffn_norm)), layer.down_proj);
+      cpu_linear(fused_mlp(layer, fused_rms_norm(x, f.pre_ffn_norm)), layer.down_proj);
   x.add_(fused_rms_norm(down, f.post_ffn_norm));
 }
 
@@ -154,7 +148,7 @@ at::Tensor LlamaModel::fused_attention(const Layer& layer, int64_t l, const at::
   const int64_t b = x.size(0), q = x.size(1), d = config_.head_dim;
   const int64_t heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads;
   const at::Tensor qkv =
-      project(fused_rms_norm(x, layer.fused.input_norm), layer.qkv, layer.qkv_bias)
+      cpu_linear(fused_rms_norm(x, layer.fused.input_norm), layer.qkv, layer.qkv_bias)
           .view({b, q, heads + 2 * kv_heads, d});
   at::Tensor query = qkv.narrow(2, 0, heads);
   at::Tensor key = qkv.narrow(2, heads, kv_heads);
@@ -173,7 +167,7 @@ at::Tensor LlamaModel::fused_attention(const Layer& layer, int64_t l, const at::
 // The gated MLP on the fused path: one gate/up GEMM, then act(gate) * up
 // in one kernel (act_mul).
 at::Tensor LlamaModel::fused_mlp(const Layer& layer, const at::Tensor& h) const {
-  return act_mul(project(h, layer.gate_up), config_.hidden_act);
+  return act_mul(cpu_linear(h, layer.gate_up), config_.hidden_act);
 }
 
 // float32 logits over the whole vocabulary on every rank. The fused path
@@ -190,7 +184,7 @@ at::Tensor LlamaModel::lm_head(const at::Tensor& x, bool fused) const {
     shape.back() = lm_head_.size(0);
     local = at::mm(x.reshape({-1, x.size(-1)}), lm_head_.t(), at::kFloat).view(shape);
   } else {
-    local = project(x, lm_head_).to(at::kFloat);
+    local = (fused ? cpu_linear(x, lm_head_) : project(x, lm_head_)).to(at::kFloat);
   }
   const double cap = config_.final_logit_softcapping;
   if (cap > 0) local = local.div(cap).tanh_().mul_(cap);  // elementwise: before the gather is exact

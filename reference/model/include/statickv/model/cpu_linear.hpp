@@ -1,0 +1,74 @@
+#pragma once
+// cpu_linear(): the fused decode path's projections (Note [CPU
+// projections]). A decode step multiplies 1 to kStreamRows rows by every
+// weight matrix once, so on the CPU it is bound by reading the weights, and
+// which library reads them fastest depends on the processor and the thread
+// count: the torch wheel's MKL sgemm is slow at a few rows on some x86
+// processors, oneDNN (also in the wheel) is faster there with two threads,
+// and statickv's own loop (stream_linear.cpp: each weight row read once,
+// AVX2 and FMA where the processor has them, else a portable twin) is
+// fastest with one. So each process measures the three routes once, on a
+// weight matrix too large for the caches, at the thread count it runs
+// with, and takes the fastest (linear_route() says which). Float32 CPU
+// tensors of 1..kStreamRows rows take that route; anything else, and every
+// call with the cpu_linear switch off (Note [kernel switches]), is the GEMM
+// (at::linear). The routes sum in different orders: their results differ
+// by float32 rounding.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+
+namespace statickv::reference {
+
+/// The most rows (x's leading dims together) a projection routes; more go
+/// to the GEMM, whose blocking pays once the weights are reused enough.
+inline constexpr int64_t kStreamRows = 16;
+
+/// How a few rows meet a weight matrix on the CPU.
+enum class LinearRoute {
+  kGemm,    ///< at::linear (MKL's sgemm in the torch wheel)
+  kOneDnn,  ///< oneDNN's linear (mkldnn::_linear_pointwise)
+  kStream,  ///< statickv's loop, each weight row read once
+};
+
+/// "gemm", "onednn" or "stream".
+std::string route_name(LinearRoute route);
+
+/// Whether this LibTorch can take `route` (oneDNN: a build with it).
+bool route_available(LinearRoute route);
+
+/// The route this process measured fastest (measured at the first call,
+/// with the intra-op threads of that moment; a few tenths of a second).
+/// kGemm with the cpu_linear switch off.
+LinearRoute linear_route();
+
+/// Whether cpu_linear routes x [..., in] through weight (float32 CPU
+/// tensors, 1..kStreamRows rows, a weight with unit column stride), else it
+/// is the GEMM.
+bool routes(const at::Tensor& x, const at::Tensor& weight);
+
+/// x [..., in] @ weight[out, in]^T (+ bias [out]), as at::linear computes it.
+at::Tensor cpu_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+
+/// y [..., out] + x [..., in] @ weight^T (+ bias), into y: in place on the
+/// GEMM and stream routes; oneDNN adds in its epilogue into a new tensor,
+/// which y then refers to.
+void cpu_linear_add(at::Tensor& y, const at::Tensor& x, const at::Tensor& weight,
+                    const at::Tensor& bias = {});
+
+/// cpu_linear through one route, whatever was measured (tests, benchmarks).
+/// x must route (routes(x, weight)).
+at::Tensor linear_by(LinearRoute route, const at::Tensor& x, const at::Tensor& weight,
+                     const at::Tensor& bias = {});
+
+/// Which loop the stream route runs on this processor: "avx2" or "portable".
+std::string stream_loop_isa();
+
+/// The stream route through its portable loop whatever the processor has
+/// (the AVX2 loop's twin, for tests). x must route.
+at::Tensor linear_by_portable_stream(const at::Tensor& x, const at::Tensor& weight,
+                                     const at::Tensor& bias = {});
+
+}  // namespace statickv::reference

@@ -1,0 +1,216 @@
+// cpu_linear() (reference/model/include/statickv/model/cpu_linear.hpp;
+// Note [CPU projections]): the three routes a decode step's projections
+// can take on the CPU, and the process's choice among them by measurement.
+
+#include <statickv/kernel_switches.hpp>
+#include <statickv/model/cpu_linear.hpp>
+
+#include "stream_linear.hpp"
+
+#include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/record_function.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <optional>
+#include <vector>
+
+namespace statickv::reference {
+
+namespace {
+
+using Scalars = c10::List<std::optional<at::Scalar>>;
+
+/// oneDNN's linear, where the LibTorch build registers it: plain, and with
+/// a binary post-op ("add") that sums another tensor into the result.
+struct OneDnn {
+  std::optional<c10::TypedOperatorHandle<at::Tensor(
+      const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view,
+      Scalars, std::optional<c10::string_view>)>>
+      plain;
+  std::optional<
+      c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                          const std::optional<at::Tensor>&, c10::string_view)>>
+      binary;
+};
+
+const OneDnn& onednn() {
+  static const OneDnn ops = [] {
+    OneDnn o;
+    auto& dispatcher = c10::Dispatcher::singleton();
+    if (auto h = dispatcher.findOp({"mkldnn::_linear_pointwise", ""})) {
+      o.plain = h->typed<at::Tensor(const at::Tensor&, const at::Tensor&,
+                                    const std::optional<at::Tensor>&, c10::string_view, Scalars,
+                                    std::optional<c10::string_view>)>();
+    }
+    if (auto h = dispatcher.findOp({"mkldnn::_linear_pointwise", "binary"})) {
+      o.binary = h->typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                     const std::optional<at::Tensor>&, c10::string_view)>();
+    }
+    return o;
+  }();
+  return ops;
+}
+
+std::optional<at::Tensor> optional_bias(const at::Tensor& bias) {
+  return bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt;
+}
+
+/// x as [rows, in] with a unit last stride.
+at::Tensor as_rows(const at::Tensor& x) {
+  at::Tensor rows = x.reshape({-1, x.size(-1)});
+  return rows.stride(-1) == 1 ? rows : rows.contiguous();
+}
+
+/// [rows, out] of `route` (x routes).
+at::Tensor run_route(LinearRoute route, const at::Tensor& x, const at::Tensor& weight,
+                     const at::Tensor& bias, bool portable = false) {
+  const at::Tensor rows = as_rows(x);
+  if (route == LinearRoute::kOneDnn) {
+    return onednn().plain->call(rows.contiguous(), weight, optional_bias(bias), "none", Scalars(),
+                                "");
+  }
+  if (route == LinearRoute::kStream) {
+    at::Tensor y = at::empty({rows.size(0), weight.size(0)}, x.options());
+    stream_linear_into(rows, weight, bias.defined() ? bias.contiguous() : bias, y, false, portable);
+    return y;
+  }
+  return at::linear(rows, weight, optional_bias(bias));
+}
+
+/// Seconds of the fastest of a few calls of `route` on x.
+double time_route(LinearRoute route, const at::Tensor& x, const at::Tensor& weight) {
+  run_route(route, x, weight, {});  // warm-up
+  double best = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < 3; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    run_route(route, x, weight, {});
+    best = std::min(
+        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
+/// The fastest route over 1 and 4 rows of a 64 MiB weight (larger than any
+/// processor's caches, so every route streams it from memory).
+LinearRoute measure_routes() {
+  c10::InferenceMode inference;
+  const at::Tensor weight = at::randn({16384, 1024}).mul_(0.02);
+  LinearRoute best = LinearRoute::kGemm;
+  double best_seconds = std::numeric_limits<double>::infinity();
+  for (LinearRoute route : {LinearRoute::kGemm, LinearRoute::kStream, LinearRoute::kOneDnn}) {
+    if (!route_available(route)) continue;
+    double seconds = 0;
+    for (int64_t rows : {1, 4}) seconds += time_route(route, at::randn({rows, 1024}), weight);
+    if (seconds < best_seconds) best = route, best_seconds = seconds;
+  }
+  return best;
+}
+
+void check_operands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  TORCH_CHECK(weight.dim() == 2, "cpu_linear weight: expected [out, in] but got ", weight.sizes());
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "cpu_linear x: expected [..., ",
+              weight.size(1), "] (weight's in) but got ", x.sizes());
+  TORCH_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
+              "cpu_linear bias: expected [", weight.size(0), "] but got ", bias.sizes());
+  TORCH_CHECK(!bias.defined() || bias.scalar_type() == weight.scalar_type(),
+              "cpu_linear bias: expected ", weight.scalar_type(), " (weight's) but got ",
+              bias.scalar_type());
+}
+
+std::vector<int64_t> out_shape(const at::Tensor& x, const at::Tensor& weight) {
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = weight.size(0);
+  return shape;
+}
+
+}  // namespace
+
+std::string route_name(LinearRoute route) {
+  switch (route) {
+    case LinearRoute::kOneDnn:
+      return "onednn";
+    case LinearRoute::kStream:
+      return "stream";
+    default:
+      return "gemm";
+  }
+}
+
+bool route_available(LinearRoute route) {
+  return route != LinearRoute::kOneDnn || (onednn().plain && onednn().binary);
+}
+
+LinearRoute linear_route() {
+  static const LinearRoute route =
+      kernel_enabled("cpu_linear") ? measure_routes() : LinearRoute::kGemm;
+  return route;
+}
+
+bool routes(const at::Tensor& x, const at::Tensor& weight) {
+  if (x.scalar_type() != at::kFloat || weight.scalar_type() != at::kFloat) return false;
+  if (!x.is_cpu() || !weight.is_cpu() || weight.dim() != 2 || weight.stride(1) != 1) return false;
+  if (x.dim() < 1 || x.size(-1) != weight.size(1)) return false;
+  const int64_t rows = x.numel() / std::max<int64_t>(1, x.size(-1));
+  return rows >= 1 && rows <= kStreamRows && kernel_enabled("cpu_linear");
+}
+
+at::Tensor linear_by(LinearRoute route, const at::Tensor& x, const at::Tensor& weight,
+                     const at::Tensor& bias) {
+  check_operands(x, weight, bias);
+  TORCH_CHECK(routes(x, weight), "cpu_linear x: expected float32 CPU rows, 1 to ", kStreamRows,
+              ", but got ", x.sizes(), " ", x.scalar_type(), " on ", x.device());
+  TORCH_CHECK(route_available(route),
+              "route: expected a LibTorch with oneDNN for onednn but this one has none");
+  RECORD_FUNCTION("statickv::cpu_linear", std::vector<c10::IValue>({x}));
+  return run_route(route, x, weight, bias).view(out_shape(x, weight));
+}
+
+at::Tensor cpu_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  check_operands(x, weight, bias);
+  if (!routes(x, weight) || linear_route() == LinearRoute::kGemm) {
+    return at::linear(x, weight, optional_bias(bias));
+  }
+  return linear_by(linear_route(), x, weight, bias);
+}
+
+void cpu_linear_add(at::Tensor& y, const at::Tensor& x, const at::Tensor& weight,
+                    const at::Tensor& bias) {
+  check_operands(x, weight, bias);
+  TORCH_CHECK(y.dim() >= 1 && y.size(-1) == weight.size(0) &&
+                  y.numel() == x.numel() / std::max<int64_t>(1, x.size(-1)) * weight.size(0),
+              "cpu_linear_add y: expected [..., ", weight.size(0), "] with x's rows but got ",
+              y.sizes());
+  const LinearRoute route =
+      routes(x, weight) && y.is_contiguous() ? linear_route() : LinearRoute::kGemm;
+  if (route == LinearRoute::kGemm) {
+    at::Tensor y2 = y.view({-1, y.size(-1)});
+    y2.addmm_(x.reshape({-1, x.size(-1)}), weight.t());
+    if (bias.defined()) y2.add_(bias);
+    return;
+  }
+  RECORD_FUNCTION("statickv::cpu_linear", std::vector<c10::IValue>({x}));
+  const at::Tensor rows = as_rows(x);
+  if (route == LinearRoute::kStream) {
+    at::Tensor y2 = y.view({-1, y.size(-1)});
+    stream_linear_into(rows, weight, bias.defined() ? bias.contiguous() : bias, y2, true, false);
+    return;
+  }
+  y = onednn()
+          .binary
+          ->call(rows.contiguous(), y.view({-1, y.size(-1)}), weight, optional_bias(bias), "add")
+          .view(y.sizes());
+}
+
+at::Tensor linear_by_portable_stream(const at::Tensor& x, const at::Tensor& weight,
+                                     const at::Tensor& bias) {
+  check_operands(x, weight, bias);
+  TORCH_CHECK(routes(x, weight), "cpu_linear x: expected float32 CPU rows, 1 to ", kStreamRows,
+              ", but got ", x.sizes());
+  return run_route(LinearRoute::kStream, x, weight, bias, /*portable=*/true)
+      .view(out_shape(x, weight));
+}
+
+}  // namespace statickv::reference

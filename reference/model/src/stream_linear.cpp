@@ -1,0 +1,170 @@
+// The stream route of cpu_linear (stream_linear.hpp; Note [CPU
+// projections]): a few rows times a weight matrix, each weight row read once. The columns are split
+// over the intra-op threads in blocks of kBlock weight rows; a block is read from memory once and,
+// while it sits in the core's cache, multiplied by every row of x, two at a time.
+
+#include <statickv/model/cpu_linear.hpp>
+
+#include "stream_linear.hpp"
+
+#include <ATen/Parallel.h>
+#include <ATen/record_function.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define STATICKV_STREAM_AVX2 1
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <vector>
+
+namespace statickv::reference {
+
+namespace {
+
+/// One call's operands: y[r, n] (+)= x[r, :] . w[n, :] + bias[n] for the
+/// rows r < rows and the columns n of a block.
+struct Operands {
+  const float* x;
+  int64_t ldx;
+  const float* w;
+  int64_t ldw;
+  const float* bias;  // or nullptr
+  float* y;
+  int64_t ldy;
+  int64_t rows, in;
+  bool add;
+};
+
+constexpr int64_t kBlock = 4;  // weight rows a tile holds
+
+void store(const Operands& o, int64_t r, int64_t n, float sum) {
+  if (o.bias != nullptr) sum += o.bias[n];
+  float& out = o.y[r * o.ldy + n];
+  out = o.add ? out + sum : sum;
+}
+
+/// The portable loop: eight partial sums per dot product, which compilers
+/// vectorize with the instructions the build targets.
+void columns_portable(const Operands& o, int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const float* w = o.w + n * o.ldw;
+    for (int64_t r = 0; r < o.rows; ++r) {
+      const float* x = o.x + r * o.ldx;
+      float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int64_t k = 0;
+      for (; k + 8 <= o.in; k += 8) {
+        for (int j = 0; j < 8; ++j) part[j] += x[k + j] * w[k + j];
+      }
+      float sum =
+          ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+      for (; k < o.in; ++k) sum += x[k] * w[k];
+      store(o, r, n, sum);
+    }
+  }
+}
+
+#ifdef STATICKV_STREAM_AVX2
+
+__attribute__((target("avx2,fma"))) inline float horizontal_sum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_hadd_ps(s, s);
+  s = _mm_hadd_ps(s, s);
+  return _mm_cvtss_f32(s);
+}
+
+/// Weight rows [n, n + NR) times rows [r, r + MR) of x: NR * MR eight-lane
+/// accumulators over the whole input, then the tail one element at a time.
+template <int NR, int MR>
+__attribute__((target("avx2,fma"))) void tile_avx2(const Operands& o, int64_t n, int64_t r) {
+  __m256 acc[NR][MR];
+  for (int j = 0; j < NR; ++j) {
+    for (int i = 0; i < MR; ++i) acc[j][i] = _mm256_setzero_ps();
+  }
+  const float* x = o.x + r * o.ldx;
+  const float* w = o.w + n * o.ldw;
+  int64_t k = 0;
+  for (; k + 8 <= o.in; k += 8) {
+    __m256 xv[MR];
+    for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(x + i * o.ldx + k);
+    for (int j = 0; j < NR; ++j) {
+      const __m256 wv = _mm256_loadu_ps(w + j * o.ldw + k);
+      for (int i = 0; i < MR; ++i) acc[j][i] = _mm256_fmadd_ps(wv, xv[i], acc[j][i]);
+    }
+  }
+  for (int j = 0; j < NR; ++j) {
+    for (int i = 0; i < MR; ++i) {
+      float sum = horizontal_sum(acc[j][i]);
+      for (int64_t t = k; t < o.in; ++t) sum += x[i * o.ldx + t] * w[j * o.ldw + t];
+      store(o, r + i, n + j, sum);
+    }
+  }
+}
+
+template <int NR>
+__attribute__((target("avx2,fma"))) void block_avx2(const Operands& o, int64_t n) {
+  int64_t r = 0;
+  for (; r + 2 <= o.rows; r += 2) tile_avx2<NR, 2>(o, n, r);
+  if (r < o.rows) tile_avx2<NR, 1>(o, n, r);
+}
+
+__attribute__((target("avx2,fma"))) void columns_avx2(const Operands& o, int64_t n0, int64_t n1) {
+  int64_t n = n0;
+  for (; n + kBlock <= n1; n += kBlock) block_avx2<kBlock>(o, n);
+  for (; n < n1; ++n) block_avx2<1>(o, n);
+}
+
+bool has_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
+#endif
+
+void run(const Operands& o, int64_t out, bool portable = false) {
+  // Blocks of about 64 KiB of weights per task, so that two threads split
+  // even the narrowest projection and a task is worth its dispatch.
+  const int64_t blocks = (out + kBlock - 1) / kBlock;
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, kBlock * o.in));
+  at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
+    const int64_t n0 = b0 * kBlock, n1 = std::min(out, b1 * kBlock);
+#ifdef STATICKV_STREAM_AVX2
+    if (!portable && has_avx2()) return columns_avx2(o, n0, n1);
+#else
+    (void)portable;
+#endif
+    columns_portable(o, n0, n1);
+  });
+}
+
+Operands operands(const at::Tensor& rows, const at::Tensor& weight, const at::Tensor& bias,
+                  at::Tensor& y, bool add) {
+  Operands o;
+  o.x = rows.const_data_ptr<float>();
+  o.ldx = rows.size(0) > 1 ? rows.stride(0) : rows.size(1);
+  o.w = weight.const_data_ptr<float>();
+  o.ldw = weight.stride(0);
+  o.bias = bias.defined() ? bias.const_data_ptr<float>() : nullptr;
+  o.y = y.mutable_data_ptr<float>();
+  o.ldy = y.size(-1);
+  o.rows = rows.size(0);
+  o.in = rows.size(1);
+  o.add = add;
+  return o;
+}
+
+}  // namespace
+
+void stream_linear_into(const at::Tensor& rows, const at::Tensor& weight, const at::Tensor& bias,
+                        at::Tensor& y, bool add, bool portable) {
+  run(operands(rows, weight, bias, y, add), weight.size(0), portable);
+}
+
+std::string stream_loop_isa() {
+#ifdef STATICKV_STREAM_AVX2
+  if (has_avx2()) return "avx2";
+#endif
+  return "portable";
+}
+
+}  // namespace statickv::reference
