@@ -83,6 +83,7 @@ from tokenizers import Tokenizer  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 MEAN_STEP = re.compile(r"steps \((\d+) with prefill, mean ([\d.]+) ms\)")
+ROUTE = re.compile(r"projections of 1 to \d+ rows by (\w+)")
 SERVERS = ("statickv", "gemm", "lines", "aiperf", "transformers", "llama")
 
 
@@ -265,7 +266,7 @@ def run_http(args, name, concurrency, prompts):
         wall, client = time.perf_counter() - started, cpu_seconds(before)
     finally:
         server.stop()
-    return records, wall, client, mean_step(server.tail(60))
+    return records, wall, client, server.tail(60)
 
 
 def run_lines(args, concurrency, prompts):
@@ -282,7 +283,7 @@ def run_lines(args, concurrency, prompts):
         wall, client = time.perf_counter() - started, cpu_seconds(before)
     finally:
         report = server.stop()
-    return records, wall, client, mean_step(report)
+    return records, wall, client, report
 
 
 def run_aiperf(args, concurrency, prompts):
@@ -307,10 +308,10 @@ def run_aiperf(args, concurrency, prompts):
         wall = time.perf_counter() - started
         server.stop()
     return aiperf_summary(out / "profile_export_aiperf.json", wall, cpu_seconds(before, True),
-                          mean_step(server.tail(60)))
+                          server.tail(60))
 
 
-def aiperf_summary(path, wall, client_cpu, step_ms):
+def aiperf_summary(path, wall, client_cpu, report):
     d = json.loads(path.read_text())
     ms_of = lambda key, p: d[key][p] / 1e3  # noqa: E731
     done = int(d["request_count"]["avg"])
@@ -320,8 +321,9 @@ def aiperf_summary(path, wall, client_cpu, step_ms):
             "ttft_p50_s": ms_of("time_to_first_token", "p50"),
             "ttft_p99_s": ms_of("time_to_first_token", "p99"),
             "itl_p50_s": ms_of("inter_token_latency", "p50"),
-            "itl_p99_s": ms_of("inter_token_latency", "p99"), "mean_step_ms": step_ms,
-            "client_cpu": client_cpu / wall, "texts": [], "errors": []}
+            "itl_p99_s": ms_of("inter_token_latency", "p99"), "mean_step_ms": mean_step(report),
+            "route": projection_route(report), "client_cpu": client_cpu / wall, "texts": [],
+            "errors": []}
 
 
 def cpu_seconds(before, children=False):
@@ -336,10 +338,16 @@ def mean_step(text):
     return float(found[-1][1]) if found else None
 
 
+def projection_route(text):
+    """The CPU projections' route statickv-serve's exit report names (None elsewhere)."""
+    found = ROUTE.findall(text)
+    return found[-1] if found else None
+
+
 # ----- what is reported -------------------------------------------------------------------------
 
 
-def summarize(records, wall, client_cpu, step_ms):
+def summarize(records, wall, client_cpu, report):
     done = [r for r in records if r and not r.get("error")]
     tokens = [r["tokens"] if r["tokens"] is not None else len(r["chunks"]) for r in done]
     ttft = [r["ttft"] if "ttft" in r else r["chunks"][0] - r["sent"] for r in done
@@ -349,7 +357,8 @@ def summarize(records, wall, client_cpu, step_ms):
             "wall_s": wall, "tokens_per_s": sum(tokens) / wall if wall > 0 else None,
             "ttft_p50_s": percentile(ttft, 0.5), "ttft_p99_s": percentile(ttft, 0.99),
             "itl_p50_s": percentile(gaps, 0.5), "itl_p99_s": percentile(gaps, 0.99),
-            "mean_step_ms": step_ms, "client_cpu": client_cpu / wall,
+            "mean_step_ms": mean_step(report), "route": projection_route(report),
+            "client_cpu": client_cpu / wall,
             "texts": [r.get("text") for r in records],
             "errors": [r["error"] for r in records if r and r.get("error")][:5]}
 
@@ -371,7 +380,7 @@ def print_level(concurrency, rounds):
     """rounds: {server: [summary per round]}; the table shows each one's median round."""
     print(f"\nconcurrency {concurrency} ({len(next(iter(rounds.values())))} rounds; "
           f"each server's median round):")
-    print(f"  {'server':<13} {'done':>7} {'tokens':>6} {'tok/s':>7} {'TTFT p50':>9} "
+    print(f"  {'server':<20} {'done':>7} {'tokens':>6} {'tok/s':>7} {'TTFT p50':>9} "
           f"{'TTFT p99':>9} {'ITL p50':>8} {'ITL p99':>8} {'step ms':>8} {'client':>6} "
           f"{'same text':>9}")
     results = {name: median_round(r) for name, r in rounds.items()}
@@ -382,7 +391,9 @@ def print_level(concurrency, rounds):
             pairs = list(zip(r["texts"], reference["texts"]))
             same = f"{sum(a == b for a, b in pairs)}/{len(pairs)}"
         step = "-" if r["mean_step_ms"] is None else f"{r['mean_step_ms']:.1f}"
-        print(f"  {name:<13} {r['completed']:>3}/{r['requests']:<3} {r['output_tokens']:>6} "
+        if r.get("route"):
+            name = f"{name} ({r['route']})"
+        print(f"  {name:<20} {r['completed']:>3}/{r['requests']:<3} {r['output_tokens']:>6} "
               f"{r['tokens_per_s']:>7.2f} {ms(r['ttft_p50_s'], 0):>9} {ms(r['ttft_p99_s'], 0):>9} "
               f"{ms(r['itl_p50_s'], 0):>8} {ms(r['itl_p99_s'], 0):>8} {step:>8} "
               f"{100 * r['client_cpu']:>5.0f}% {same:>9}")
