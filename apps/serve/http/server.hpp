@@ -1,6 +1,6 @@
 #pragma once
 // statickv-serve --http: the OpenAI-compatible HTTP front (cpp-httplib) over
-// HttpEngine. Routes, authentication, limits and the SSE stream writer live
+// SchedulerThread. Routes, authentication, limits and the SSE stream writer live
 // here; the protocol is in docs/serving.md ("HTTP API").
 
 #include "metrics.hpp"
