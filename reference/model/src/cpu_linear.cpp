@@ -7,7 +7,6 @@
 
 #include "stream_linear.hpp"
 
-#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
 
@@ -126,6 +125,20 @@ std::vector<int64_t> out_shape(const at::Tensor& x, const at::Tensor& weight) {
   return shape;
 }
 
+/// The operands' checks, and that x routes: what a caller naming a route owes.
+void check_routed(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  check_operands(x, weight, bias);
+  TORCH_CHECK(routes(x, weight), "cpu_linear x: expected float32 CPU rows, 1 to ", kStreamRows,
+              ", but got ", x.sizes(), " ", x.scalar_type(), " on ", x.device());
+}
+
+/// x through `route` (checked), recorded as one launch, in x's leading shape.
+at::Tensor routed(LinearRoute route, const at::Tensor& x, const at::Tensor& weight,
+                  const at::Tensor& bias) {
+  RECORD_FUNCTION("statickv::cpu_linear", std::vector<c10::IValue>({x}));
+  return run_route(route, x, weight, bias).view(out_shape(x, weight));
+}
+
 }  // namespace
 
 std::string route_name(LinearRoute route) {
@@ -159,13 +172,10 @@ bool routes(const at::Tensor& x, const at::Tensor& weight) {
 
 at::Tensor linear_by(LinearRoute route, const at::Tensor& x, const at::Tensor& weight,
                      const at::Tensor& bias) {
-  check_operands(x, weight, bias);
-  TORCH_CHECK(routes(x, weight), "cpu_linear x: expected float32 CPU rows, 1 to ", kStreamRows,
-              ", but got ", x.sizes(), " ", x.scalar_type(), " on ", x.device());
+  check_routed(x, weight, bias);
   TORCH_CHECK(route_available(route),
               "route: expected a LibTorch with oneDNN for onednn but this one has none");
-  RECORD_FUNCTION("statickv::cpu_linear", std::vector<c10::IValue>({x}));
-  return run_route(route, x, weight, bias).view(out_shape(x, weight));
+  return routed(route, x, weight, bias);
 }
 
 at::Tensor cpu_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
@@ -173,7 +183,7 @@ at::Tensor cpu_linear(const at::Tensor& x, const at::Tensor& weight, const at::T
   if (!routes(x, weight) || linear_route() == LinearRoute::kGemm) {
     return at::linear(x, weight, optional_bias(bias));
   }
-  return linear_by(linear_route(), x, weight, bias);
+  return routed(linear_route(), x, weight, bias);
 }
 
 void cpu_linear_add(at::Tensor& y, const at::Tensor& x, const at::Tensor& weight,
@@ -206,9 +216,7 @@ void cpu_linear_add(at::Tensor& y, const at::Tensor& x, const at::Tensor& weight
 
 at::Tensor linear_by_portable_stream(const at::Tensor& x, const at::Tensor& weight,
                                      const at::Tensor& bias) {
-  check_operands(x, weight, bias);
-  TORCH_CHECK(routes(x, weight), "cpu_linear x: expected float32 CPU rows, 1 to ", kStreamRows,
-              ", but got ", x.sizes());
+  check_routed(x, weight, bias);
   return run_route(LinearRoute::kStream, x, weight, bias, /*portable=*/true)
       .view(out_shape(x, weight));
 }

@@ -8,7 +8,6 @@
 #include "stream_linear.hpp"
 
 #include <ATen/Parallel.h>
-#include <ATen/record_function.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define STATICKV_STREAM_AVX2 1
@@ -16,7 +15,7 @@
 #endif
 
 #include <algorithm>
-#include <vector>
+#include <string>
 
 namespace statickv::reference {
 
