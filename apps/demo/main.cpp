@@ -12,6 +12,7 @@
 #include "load.hpp"
 #include "options.hpp"
 #include "report.hpp"
+#include "rounds.hpp"
 #include "text_mode.hpp"
 
 #include <statickv/apps/model_flags.hpp>
@@ -146,23 +147,36 @@ GenerateResult timed_run(const Options& o, const Loaded& run, const GenerateOpti
   return run_session(o, run, session, opts.cache != CacheKind::kDynamic, warm_tokens, stream);
 }
 
-/// The DynamicCache baseline of `options` (the plain decoder, the same
-/// prefill passes, no speculation), run and compared with `main_run`.
-bool compare_with_dynamic(const Options& o, const Loaded& run, GenerateOptions dyn,
-                          const GenerateResult& main_run, int64_t chunk, int64_t rows,
-                          int64_t max_len, at::ScalarType dtype) {
-  const CacheKind cache = dyn.cache;
-  const KvStorage storage = dyn.kv_storage;
+/// The DynamicCache baseline of `options`: the plain decoder, the same
+/// prefill passes, no speculation.
+GenerateOptions dynamic_baseline(GenerateOptions dyn, int64_t chunk) {
   dyn.cache = CacheKind::kDynamic;
   dyn.path = DecodePath::kPlain;  // the baseline is the plain decoder
   dyn.prefill_chunk = chunk;      // the same passes as the static/hybrid run
   dyn.on_step = nullptr;
   dyn.speculate = 0;  // the plain decode it must equal
   dyn.draft_model = nullptr;
+  return dyn;
+}
+
+/// The baseline of `options`, run and compared with `main_run`; then
+/// --rounds interleaved timing rounds of both.
+bool compare_with_dynamic(const Options& o, const Loaded& run, const GenerateOptions& options,
+                          const GenerateResult& main_run, int64_t chunk, int64_t rows,
+                          int64_t max_len, at::ScalarType dtype, at::Device device) {
+  const GenerateOptions dyn = dynamic_baseline(options, chunk);
   const GenerateResult baseline = timed_run(o, run, dyn, rows, max_len, /*stream=*/false);
   report_run("dynamic", baseline);
-  return report_comparison(to_string(cache), main_run, baseline, dtype,
-                           /*greedy=*/o.temperature == 0.0, storage);
+  const bool agree = report_comparison(to_string(options.cache), main_run, baseline, dtype,
+                                       /*greedy=*/o.temperature == 0.0, options.kv_storage);
+  if (o.rounds == 0) return agree;
+  GenerateOptions ours = options;
+  ours.on_step = nullptr;
+  ours.record_logits = false;  // timing only: no logits copied out
+  report_rounds(to_string(options.cache),
+                time_rounds(run, ours, dynamic_baseline(ours, chunk), rows, max_len, o.rounds),
+                device, o.eager);
+  return agree;
 }
 
 }  // namespace
@@ -198,8 +212,8 @@ int main(int argc, char** argv) try {
                main_run.restored_tokens, o.load_prompt, main_run.restore_seconds * 1e3,
                main_run.prefilled_tokens);
   }
-  const bool agree =
-      !compare || compare_with_dynamic(o, run, options, main_run, chunk, rows, max_len, dtype);
+  const bool agree = !compare || compare_with_dynamic(o, run, options, main_run, chunk, rows,
+                                                      max_len, dtype, device);
   if (o.print_ids) print_ids(main_run);
   if (!o.json.empty()) write_json(o.json, run.prompts, main_run);
   return agree ? 0 : 1;

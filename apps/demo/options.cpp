@@ -52,6 +52,12 @@ void check_sampling_and_model(Options& o, const flags::Flags& flags) {
   }
   apps::check_speculation_flags(o.spec, o.cache);
   apps::check_tp_with_speculation(o.tp, o.spec);
+  if (o.rounds > 0 && flags.given("--rounds") && (o.no_compare || o.cache == "dynamic")) {
+    throw flags::FlagError(fmt::format(
+        "--rounds: expected 0 with {} (the rounds time the cached run against the dynamic "
+        "baseline) but got {}",
+        o.no_compare ? "--no-compare" : "--cache dynamic", o.rounds));
+  }
   if (!o.checkpoint.empty() && flags.given("--shape")) {
     throw flags::FlagError(
         "--shape: expected no --shape with --checkpoint (the checkpoint has its own)");
@@ -208,6 +214,10 @@ void add_generation_flags(flags::Flags& flags, Options* o) {
 /// What the run prints and writes.
 void add_output_flags(flags::Flags& flags, Options* o) {
   flags.add_switch("--no-compare", &o->no_compare, "skip the DynamicCache comparison run");
+  flags.add("--rounds N", &o->rounds,
+            "after the checked pair, time the cached run against the DynamicCache baseline in N "
+            "interleaved rounds and print the ratio with its spread (default 3; 0: none)",
+            /*min=*/0);
   flags.add_switch("--print-ids", &o->print_ids, "print each prompt's generated ids on a line");
   flags.add_switch("--ignore-eos", &o->ignore_eos,
                    "generate --max-new-tokens for every prompt, past any eos id (benchmarks)");

@@ -22,6 +22,7 @@ struct Options {
   bool offload = false;                  // --offload: the cache in host memory
   int threads = 0;
   int64_t batch = 4, prompt_len = 32, max_new_tokens = 32, top_k = 0, prefill_chunk = 0, seed = 0;
+  int64_t rounds = 3;  // --rounds: interleaved timing rounds after the checked pair
   double temperature = 0.0, top_p = 1.0;
   bool no_compare = false, print_ids = false, eager = false, ignore_eos = false;
   TextFlags text;

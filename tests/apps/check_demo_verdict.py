@@ -1,6 +1,7 @@
 """Runs statickv-demo on the tiny shapes and pins its comparison with the
-DynamicCache baseline: the verdict line, the logits line, exit status 0, and
-that --prefill-chunk applies to both runs.
+DynamicCache baseline: the verdict line, the logits line, exit status 0,
+that --prefill-chunk applies to both runs, and the timing rounds' speed line
+(--rounds: the ratio's words follow from its numbers; --rounds 0 prints none).
 
 usage: check_demo_verdict.py DEMO_EXE
 """
@@ -18,7 +19,13 @@ CASES = [
      [r"^logits vs dynamic: max \|difference\| \S+ over 24 steps from the same prefix "
       r"\(tolerance 0\.0001 in fp32\)$",
       r"^tokens vs dynamic: identical$",
-      r"^verdict: OK: static and dynamic caches agree"]),
+      r"^verdict: OK: static and dynamic caches agree",
+      r"^speed: decode \S+ ms/token static vs \S+ dynamic \(medians\); static / dynamic per "
+      r"round over 3 interleaved rounds: "]),
+    # --rounds 5 on the hybrid cache: five rounds, named by the cache.
+    (["--shape", "tiny-qwen2", "--dtype", "fp32", "--rounds", "5"],
+     [r"^speed: decode \S+ ms/token hybrid vs \S+ dynamic \(medians\); hybrid / dynamic per "
+      r"round over 5 interleaved rounds: "]),
     # bf16: rounding is larger, the verdict must still say OK (a token may
     # differ only at a near tie).
     (["--shape", "tiny", "--dtype", "bf16"],
@@ -56,6 +63,39 @@ CASES = [
 ]
 
 
+# "static / dynamic ... rounds: MEDIAN [MIN, MAX]: WORDS"
+SPEED = re.compile(r"^speed: .* rounds: ([\d.]+) \[([\d.]+), ([\d.]+)\]: (.*)$", re.MULTILINE)
+
+
+def speed_problems(stdout):
+    """The speed line's words must follow from its ratio: faster only when the
+    whole spread is below 1, slower only when it is above, else no measurable
+    difference, followed by where the static cache gains."""
+    problems = []
+    for median, low, high, words in SPEED.findall(stdout):
+        median, low, high = float(median), float(low), float(high)
+        if not low <= median <= high:
+            problems.append(f"median {median} outside [{low}, {high}]")
+        expected = ("faster" if high < 1.0 else "slower here" if low > 1.0 else
+                    "no measurable difference (the spread covers 1.0)")
+        if not words.endswith(expected):
+            problems.append(f"speed line says {words!r} for [{low}, {high}]: expected {expected!r}")
+        if high >= 1.0 and "where the" not in stdout:
+            problems.append("no line names where the static cache gains")
+    return problems
+
+
+def check_no_rounds(demo):
+    """--rounds 0: the checked pair alone, no speed line."""
+    run = subprocess.run([demo, *COMMON, "--shape", "tiny", "--rounds", "0"], capture_output=True,
+                         text=True, timeout=300)
+    ok = run.returncode == 0 and "verdict: OK" in run.stdout and "speed:" not in run.stdout
+    print(f"{'ok  ' if ok else 'FAIL'} --shape tiny --rounds 0: a verdict and no speed line")
+    if not ok:
+        print(f"  stdout:\n{run.stdout}\n  stderr:\n{run.stderr}")
+    return 0 if ok else 1
+
+
 def main():
     if len(sys.argv) != 2:
         raise SystemExit(__doc__)
@@ -68,16 +108,18 @@ def main():
         for pattern in patterns:
             if not re.search(pattern, run.stdout, re.MULTILINE):
                 problems.append(f"no line matches {pattern!r}")
+        problems += speed_problems(run.stdout)
         print(f"{'FAIL' if problems else 'ok  '} {' '.join(command[1:])}")
         for line in run.stdout.splitlines():
-            if line.startswith(("logits vs", "tokens vs", "verdict")):
+            if line.startswith(("logits vs", "tokens vs", "verdict", "speed")):
                 print(f"       {line}")
         if problems:
             failed += 1
             for p in problems:
                 print(f"  {p}")
             print(f"  stdout:\n{run.stdout}\n  stderr:\n{run.stderr}")
-    print(f"\n{len(CASES) - failed} of {len(CASES)} demo runs gave the expected verdict")
+    failed += check_no_rounds(demo)
+    print(f"\n{len(CASES) + 1 - failed} of {len(CASES) + 1} demo runs gave the expected verdict")
     return 1 if failed else 0
 
 
