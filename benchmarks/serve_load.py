@@ -3,7 +3,8 @@
 `transformers serve --continuous-batching` and llama.cpp's `llama-server`.
 
 usage: serve_load.py --checkpoint DIR --serve BUILD/apps/statickv-serve
-                     [--servers statickv,gemm,lines,transformers,llama]
+                     [--servers statickv,gemm,lines,transformers,llama,NAME...]
+                     [--variant NAME=BASE:ARGS ...] [--co-tenant CORE]
                      [--llama-server BIN --gguf FILE] [--aiperf BIN] [--workdir DIR]
                      [--concurrency 1,4,16]
                      [--requests N] [--rounds 1] [--prompt-tokens 96] [--max-tokens 32]
@@ -33,14 +34,31 @@ Servers (a fresh process for every level, so each level's step time is its own):
                 (completions, streamed, ignore_eos, the same concurrency, count
                 and lengths; its own synthetic prompts; artifacts in --workdir):
                 the load generator people use, on the same cores
+  aiperf-llama  llama-server driven by aiperf the same way
   transformers  transformers serve --continuous-batching (--cb-num-blocks: the
                 tokens of statickv's rows), the same completions
   llama         llama-server -m GGUF --parallel MAX_BATCH --ctx-size MAX_BATCH x
                 MAX_LEN (continuous batching, its default), the same completions
 
+--variant NAME=BASE:ARGS (repeatable) adds a server NAME to choose in --servers:
+BASE (statickv or llama) with ARGS appended to its command line; an ARGS
+flag BASE's command already has replaces it there (with its value), and
+leading VAR=value words go to its environment instead. For example
+  --variant eager=statickv:--eager
+  --variant chunk64=statickv:"--prefill-chunk 64 --token-budget 80"
+  --variant passive=statickv:OMP_WAIT_POLICY=PASSIVE
+  --variant llama-t1=llama:"--threads 1 --threads-batch 1"
+A variant of statickv is paired with statickv per round like gemm.
+
+--co-tenant CORE runs a busy loop pinned to CPU CORE (sched_setaffinity) for
+the whole run: every server and level shares that core with it, the busy
+machine of a server beside its load generator or another tenant.
+
 --rounds N repeats every level N times, the servers interleaved within each
 round; the table shows each server's median round (by tokens/s) and the
-statickv / lines ratios per round, their median with min and max.
+ratios per round (statickv against each other server, each statickv variant
+against each llama arm, aiperf against aiperf-llama), their median with min
+and max.
 
 Reported per server and level: requests completed, output tokens (usage, else
 content chunks), tokens/s (output tokens over the level's wall time), TTFT
@@ -66,6 +84,7 @@ import json
 import os
 import re
 import resource
+import shlex
 import subprocess
 import sys
 import threading
@@ -84,7 +103,9 @@ from tokenizers import Tokenizer  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 MEAN_STEP = re.compile(r"steps \((\d+) with prefill, mean ([\d.]+) ms\)")
 ROUTE = re.compile(r"projections of 1 to \d+ rows by (\w+)")
-SERVERS = ("statickv", "gemm", "lines", "aiperf", "transformers", "llama")
+SERVERS = ("statickv", "gemm", "lines", "aiperf", "aiperf-llama", "transformers", "llama")
+VARIANT = re.compile(r"([a-z][a-z0-9-]*)=(statickv|llama):(.*)", re.S)
+ENV_WORD = re.compile(r"[A-Z_][A-Z0-9_]*=.*")
 
 
 def fail(flag, message):
@@ -236,21 +257,54 @@ def llama_command(args, port):
             "--threads-batch", str(args.threads), "--no-webui", "--log-disable"]
 
 
+def with_args(command, env, words):
+    """A variant's command and environment: leading VAR=value words set variables, the
+    other words are appended, and a flag the command already has is dropped there first
+    (with its value)."""
+    env, words = dict(env or os.environ), list(words)
+    while words and ENV_WORD.fullmatch(words[0]):
+        key, value = words.pop(0).split("=", 1)
+        env[key] = value
+    command = list(command)
+    for word in words:
+        if word.startswith("--") and word in command:
+            at = command.index(word)
+            has_value = at + 1 < len(command) and not command[at + 1].startswith("--")
+            del command[at:at + 1 + has_value]
+    return command + words, env
+
+
+def server_spec(args, name, port):
+    """(command, environment or None, base server) of HTTP server `name` (a variant too)."""
+    base, words = args.variants.get(name, (name, []))
+    if base == "llama":
+        command, env = llama_command(args, port), None
+    elif base == "transformers":
+        command, env = transformers_command(args, "continuous", port), transformers_env(args)
+    else:
+        command = statickv_command(args)
+        env = dict(os.environ, STATICKV_DISABLE_KERNELS="cpu_linear") if base == "gemm" else None
+    if words:
+        command, env = with_args(command, env, words)
+    return command, env, base
+
+
 def start_http(args, name):
     """(server, port, model name) of a started, ready HTTP server."""
-    if name in ("statickv", "gemm"):
-        env = dict(os.environ, STATICKV_DISABLE_KERNELS="cpu_linear") if name == "gemm" else None
-        server = Server(name, statickv_command(args), env=env)
-        server.wait_ready(args.start_timeout)
-    else:
-        port = free_port()
-        command = llama_command(args, port) if name == "llama" else \
-            transformers_command(args, "continuous", port)
-        server = Server(name, command, env=transformers_env(args) if name != "llama" else None)
-        server.wait_ready(args.start_timeout, port=port)
+    port = free_port()
+    command, env, base = server_spec(args, name, port)
+    server = Server(name, command, env=env)
+    # statickv-serve binds port 0 and prints the port it got; the others take `port`
+    server.wait_ready(args.start_timeout, port=port if base in ("llama", "transformers") else None)
     # The model's name as the server lists it (transformers: the checkpoint path).
     _, listing = http_get(f"http://127.0.0.1:{server.port}/v1/models")
     return server, server.port, json.loads(listing)["data"][0]["id"]
+
+
+def start_co_tenant(core):
+    """--co-tenant: a busy loop pinned to CPU `core` until it is killed."""
+    loop = f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True:\n    pass\n"
+    return subprocess.Popen([sys.executable, "-c", loop])
 
 
 def run_http(args, name, concurrency, prompts):
@@ -286,11 +340,12 @@ def run_lines(args, concurrency, prompts):
     return records, wall, client, report
 
 
-def run_aiperf(args, concurrency, prompts):
-    """statickv-serve --http under aiperf (completions, streamed, ignore_eos) at the
-    same concurrency, count and lengths: the load generator people use, on the
-    same cores. Its synthetic prompts are its own (--isl tokens each)."""
-    server, port, model = start_http(args, "statickv")
+def run_aiperf(args, name, concurrency, prompts):
+    """statickv-serve --http (aiperf) or llama-server (aiperf-llama) under aiperf
+    (completions, streamed, ignore_eos) at the same concurrency, count and
+    lengths: the load generator people use, on the same cores. Its synthetic
+    prompts are its own (--isl tokens each)."""
+    server, port, model = start_http(args, "llama" if name == "aiperf-llama" else "statickv")
     out = Path(args.workdir) / f"aiperf-c{concurrency}-{time.time_ns()}"
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}  # check_aiperf.py
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -376,7 +431,7 @@ def spread(values):
     return f"{values[(len(values) - 1) // 2]:.3f} [{values[0]:.3f}, {values[-1]:.3f}]"
 
 
-def print_level(concurrency, rounds):
+def print_level(concurrency, rounds, variants):
     """rounds: {server: [summary per round]}; the table shows each one's median round."""
     print(f"\nconcurrency {concurrency} ({len(next(iter(rounds.values())))} rounds; "
           f"each server's median round):")
@@ -387,7 +442,7 @@ def print_level(concurrency, rounds):
     reference = results.get("statickv", results.get("lines"))
     for name, r in results.items():
         same = "-"
-        if reference and name not in ("statickv", "aiperf"):
+        if reference and name != "statickv" and not name.startswith("aiperf"):
             pairs = list(zip(r["texts"], reference["texts"]))
             same = f"{sum(a == b for a, b in pairs)}/{len(pairs)}"
         step = "-" if r["mean_step_ms"] is None else f"{r['mean_step_ms']:.1f}"
@@ -399,18 +454,32 @@ def print_level(concurrency, rounds):
               f"{100 * r['client_cpu']:>5.0f}% {same:>9}")
         for error in r["errors"]:
             print(f"    error: {error}")
-    for other, label in (("lines", "HTTP front"), ("gemm", "CPU projections")):
-        if "statickv" in rounds and other in rounds:
-            print_pairs(label, other, list(zip(rounds["statickv"], rounds[other])))
+    for mine, other in pairings(rounds, variants):
+        print_pairs(mine, other, list(zip(rounds[mine], rounds[other])))
 
 
-def print_pairs(label, other, pairs):
-    """statickv / `other` per round, tokens/s and mean step: median [min, max]."""
-    tokens = [h["tokens_per_s"] / j["tokens_per_s"] for h, j in pairs if j["tokens_per_s"]]
-    steps = [h["mean_step_ms"] / j["mean_step_ms"] for h, j in pairs
-             if h["mean_step_ms"] and j["mean_step_ms"]]
-    print(f"  {label}, statickv / {other} per round, median [min, max]: tokens/s "
-          f"{spread(tokens)}, mean step {spread(steps)}")
+def pairings(rounds, variants):
+    """(numerator, denominator) server pairs compared per round: statickv against every
+    other server this client drives, each statickv variant against every llama arm, and
+    aiperf against aiperf-llama."""
+    pairs = [("statickv", name) for name in rounds
+             if name != "statickv" and not name.startswith("aiperf") and "statickv" in rounds]
+    llamas = [n for n in rounds if n == "llama" or variants.get(n, ("",))[0] == "llama"]
+    pairs += [(name, llama) for name in rounds for llama in llamas
+              if variants.get(name, ("",))[0] == "statickv"]
+    if "aiperf" in rounds and "aiperf-llama" in rounds:
+        pairs.append(("aiperf", "aiperf-llama"))
+    return pairs
+
+
+def print_pairs(mine, other, pairs):
+    """`mine` / `other` per round: tokens/s, TTFT p50, ITL p99 and mean step, each the
+    median [min, max] of the rounds' ratios."""
+    def ratios(key):
+        return [a[key] / b[key] for a, b in pairs if a[key] and b[key]]
+    print(f"  {mine} / {other} per round, median [min, max]: tokens/s "
+          f"{spread(ratios('tokens_per_s'))}, TTFT p50 {spread(ratios('ttft_p50_s'))}, "
+          f"ITL p99 {spread(ratios('itl_p99_s'))}, mean step {spread(ratios('mean_step_ms'))}")
 
 
 # ----- main -------------------------------------------------------------------------------------
@@ -421,6 +490,8 @@ def parse_args():
     p.add_argument("--checkpoint", type=Path, required=True)
     p.add_argument("--serve", type=Path, required=True)
     p.add_argument("--servers", default="statickv,lines,transformers,llama")
+    p.add_argument("--variant", action="append", default=[])
+    p.add_argument("--co-tenant", type=int)
     p.add_argument("--llama-server", type=Path)
     p.add_argument("--gguf", type=Path)
     p.add_argument("--aiperf", type=Path)
@@ -445,11 +516,28 @@ def parse_args():
     return args
 
 
+def parse_variants(values):
+    """--variant NAME=BASE:ARGS values as {NAME: (BASE, [words])}."""
+    variants = {}
+    for value in values:
+        m = VARIANT.fullmatch(value)
+        if not m or m.group(1) in SERVERS or m.group(1) in variants:
+            fail("--variant", f"expected NAME=statickv:ARGS or NAME=llama:ARGS with a new "
+                 f"lowercase NAME (not one of {','.join(SERVERS)}) but got {value!r}")
+        variants[m.group(1)] = (m.group(2), shlex.split(m.group(3)))
+    return variants
+
+
 def check_args(args):
     args.servers = [s for s in args.servers.split(",") if s]
+    args.variants = parse_variants(args.variant)
     for s in args.servers:
-        if s not in SERVERS:
-            fail("--servers", f"expected names from {','.join(SERVERS)} but got {s!r}")
+        if s not in SERVERS and s not in args.variants:
+            fail("--servers", f"expected names from {','.join(SERVERS + tuple(args.variants))} "
+                 f"but got {s!r}")
+    if args.co_tenant is not None and args.co_tenant not in os.sched_getaffinity(0):
+        fail("--co-tenant", f"expected a CPU of {sorted(os.sched_getaffinity(0))} but got "
+             f"{args.co_tenant}")
     try:
         args.concurrency = [int(c) for c in args.concurrency.split(",")]
     except ValueError:
@@ -458,9 +546,11 @@ def check_args(args):
         fail("--rounds", f"expected >= 1 but got {args.rounds}")
     if any(c < 1 or c > args.max_batch for c in args.concurrency):
         fail("--concurrency", f"expected levels in 1..--max-batch={args.max_batch}")
-    if "aiperf" in args.servers and not (args.aiperf and args.aiperf.is_file()):
+    if any(s.startswith("aiperf") for s in args.servers) and not (args.aiperf and
+                                                                 args.aiperf.is_file()):
         fail("--servers", "aiperf needs --aiperf BIN (scripts/setup.sh's venv-aiperf/bin/aiperf)")
-    if "llama" in args.servers and not (args.llama_server and args.gguf):
+    llama = {"llama", "aiperf-llama"} | {n for n, (b, _) in args.variants.items() if b == "llama"}
+    if llama & set(args.servers) and not (args.llama_server and args.gguf):
         fail("--servers", "llama needs --llama-server and --gguf "
              "(benchmarks/servers/llama_server.sh builds both)")
     if not (args.serve.is_file() and (args.checkpoint / "tokenizer.json").is_file()):
@@ -475,21 +565,17 @@ def main():
     print(f"serve_load.py: {', '.join(args.servers)}; {args.prompt_tokens}-token prompts, "
           f"{args.max_tokens} new tokens; max batch {args.max_batch}; {args.threads} threads; "
           f"{cpu_model()}; transformers {version('transformers')}")
-    levels = []
-    for concurrency in args.concurrency:
-        count = args.requests or max(8, 2 * concurrency)
-        prompts = build_prompts(args.checkpoint, count, args.prompt_tokens)
-        rounds = {name: [] for name in args.servers}
-        for _ in range(args.rounds):  # servers interleaved, round after round
-            for name in args.servers:
-                if name == "aiperf":
-                    rounds[name].append(run_aiperf(args, concurrency, prompts))
-                    continue
-                run = run_lines(args, concurrency, prompts) if name == "lines" else \
-                    run_http(args, name, concurrency, prompts)
-                rounds[name].append(summarize(*run))
-        print_level(concurrency, rounds)
-        levels.append({"concurrency": concurrency, "servers": rounds})
+    for name, (base, words) in args.variants.items():
+        print(f"  variant {name}: {base} {shlex.join(words)}")
+    co_tenant = None if args.co_tenant is None else start_co_tenant(args.co_tenant)
+    if co_tenant:
+        print(f"  co-tenant: a busy loop pinned to CPU {args.co_tenant} for the whole run")
+    try:
+        levels = run_levels(args)
+    finally:
+        if co_tenant:
+            co_tenant.kill()
+            co_tenant.wait()
     problems = check_levels(levels) if args.strict else []
     for problem in problems:
         print(f"serve_load.py: --strict: {problem}", file=sys.stderr)
@@ -499,6 +585,26 @@ def main():
                                          "args": {k: str(v) for k, v in vars(args).items()},
                                          "levels": levels}, indent=1))
     sys.exit(1 if problems else 0)
+
+
+def run_levels(args):
+    """Every --concurrency level, its servers interleaved round after round."""
+    levels = []
+    for concurrency in args.concurrency:
+        count = args.requests or max(8, 2 * concurrency)
+        prompts = build_prompts(args.checkpoint, count, args.prompt_tokens)
+        rounds = {name: [] for name in args.servers}
+        for _ in range(args.rounds):  # servers interleaved, round after round
+            for name in args.servers:
+                if name.startswith("aiperf"):
+                    rounds[name].append(run_aiperf(args, name, concurrency, prompts))
+                    continue
+                run = run_lines(args, concurrency, prompts) if name == "lines" else \
+                    run_http(args, name, concurrency, prompts)
+                rounds[name].append(summarize(*run))
+        print_level(concurrency, rounds, args.variants)
+        levels.append({"concurrency": concurrency, "servers": rounds})
+    return levels
 
 
 def check_levels(levels):

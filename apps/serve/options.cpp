@@ -130,6 +130,10 @@ void add_serving_flags(flags::Flags& flags, Options* o) {
   add_http_flags(flags, o);
   flags.add("--threads N", &o->threads, "intra-op CPU threads (default 0: LibTorch's choice)",
             /*min=*/0);
+  flags.add_switch("--fit-threads", &o->fit_threads,
+                   "on the CPU, before each step fit the intra-op threads to the CPUs other "
+                   "processes leave idle: up to --threads (or LibTorch's count), one fewer for "
+                   "each CPU they keep busy (docs/serving.md, \"A busy machine\")");
   flags.add("--tokenizer DIR", &o->tokenizer,
             "tokenizer.json directory for \"text\" in and out (default: the checkpoint's, when it "
             "has one)");
@@ -164,6 +168,14 @@ void check_rules(const flags::Flags& flags, Options& o) {
         fmt::format("--prefix-cache-bytes: expected 0 or -1 with --tp {} (the prefix "
                     "cache is not tested across ranks) but got {}",
                     o.tp.tp, o.prefix_cache_bytes));
+  }
+  if (o.fit_threads && (flags::parse_device(o.device).is_cuda() || o.tp.tp > 1)) {
+    throw flags::FlagError(
+        o.tp.tp > 1
+            ? "--fit-threads: expected --tp 1 (every rank must run the same threads) but "
+              "got --tp " +
+                  std::to_string(o.tp.tp)
+            : "--fit-threads: expected --device cpu (it fits CPU threads) but got " + o.device);
   }
   if (!o.checkpoint.empty() && flags.given("--seed")) {
     throw flags::FlagError(
@@ -202,6 +214,7 @@ SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) 
         positions, s.max_len));
   }
   s.max_batch = o.max_batch;
+  s.fit_threads = o.fit_threads;
   apps::check_offload_flags(o.offload, o.kv_dtype, "plain", o.cache);
   s.kv_storage = apps::parse_kv_storage(o.kv_dtype);
   s.host_offload = o.offload;

@@ -18,6 +18,7 @@ struct Options {
   int64_t prefix_cache_bytes = -1;
   bool no_prefix_cache = false;
   int threads = 0;
+  bool fit_threads = false;  // --fit-threads: CpuThreads before each step
   bool eager = false;
   bool offload = false;
   apps::TpFlags tp;

@@ -58,6 +58,10 @@ void report(const Scheduler& scheduler, const Options& o) {
                s.padded_fraction(), static_cast<long long>(s.runner.captures),
                static_cast<long long>(s.runner.replays),
                static_cast<long long>(s.runner.eager_runs));
+  if (s.max_threads > 0) {
+    std::fprintf(stderr, "statickv-serve: fitted threads: %d of %d at the end, %lld changes\n",
+                 s.threads, s.max_threads, static_cast<long long>(s.thread_changes));
+  }
   if (s.prefix_budget > 0) {
     std::fprintf(
         stderr,

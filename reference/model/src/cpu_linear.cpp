@@ -79,33 +79,42 @@ at::Tensor run_route(LinearRoute route, const at::Tensor& x, const at::Tensor& w
   return at::linear(rows, weight, optional_bias(bias));
 }
 
-/// Seconds of the fastest of a few calls of `route` on x.
-double time_route(LinearRoute route, const at::Tensor& x, const at::Tensor& weight) {
-  run_route(route, x, weight, {});  // warm-up
-  double best = std::numeric_limits<double>::infinity();
-  for (int i = 0; i < 3; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    run_route(route, x, weight, {});
-    best = std::min(
-        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  return best;
+/// Seconds of one call of `route` on x.
+double time_call(LinearRoute route, const at::Tensor& x, const at::Tensor& weight) {
+  const auto start = std::chrono::steady_clock::now();
+  run_route(route, x, weight, {});
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 /// The fastest route over 1 and 4 rows of a 64 MiB weight (larger than any
-/// processor's caches, so every route streams it from memory).
+/// processor's caches, so every route streams it from memory): each route's
+/// fastest call of 5 interleaved rounds, the order rotating from round to
+/// round, so a moment of contention (another process starting or ending)
+/// slows one call of every route instead of every call of one.
 LinearRoute measure_routes() {
   c10::InferenceMode inference;
   const at::Tensor weight = at::randn({16384, 1024}).mul_(0.02);
-  LinearRoute best = LinearRoute::kGemm;
-  double best_seconds = std::numeric_limits<double>::infinity();
-  for (LinearRoute route : {LinearRoute::kGemm, LinearRoute::kStream, LinearRoute::kOneDnn}) {
-    if (!route_available(route)) continue;
-    double seconds = 0;
-    for (int64_t rows : {1, 4}) seconds += time_route(route, at::randn({rows, 1024}), weight);
-    if (seconds < best_seconds) best = route, best_seconds = seconds;
+  const std::vector<at::Tensor> inputs = {at::randn({1, 1024}), at::randn({4, 1024})};
+  std::vector<LinearRoute> candidates;
+  for (LinearRoute r : {LinearRoute::kGemm, LinearRoute::kStream, LinearRoute::kOneDnn}) {
+    if (route_available(r)) candidates.push_back(r);
   }
-  return best;
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(candidates.size(),
+                                        std::vector<double>(inputs.size(), kNever));
+  for (LinearRoute r : candidates) run_route(r, inputs[1], weight, {});  // warm-up
+  for (size_t round = 0; round < 5; ++round) {
+    for (size_t k = 0; k < candidates.size(); ++k) {
+      const size_t c = (k + round) % candidates.size();
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        best[c][i] = std::min(best[c][i], time_call(candidates[c], inputs[i], weight));
+      }
+    }
+  }
+  size_t fastest = 0;
+  auto total = [&](size_t c) { return best[c][0] + best[c][1]; };
+  for (size_t c = 1; c < candidates.size(); ++c) fastest = total(c) < total(fastest) ? c : fastest;
+  return candidates[fastest];
 }
 
 void check_operands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {

@@ -15,6 +15,7 @@
 #include <statickv/cache.hpp>
 #include <statickv/support/field_error.hpp>
 
+#include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
@@ -93,6 +94,12 @@ Scheduler::State::State(const LlamaModel& target, SchedulerOptions requested)
   options.attend_buckets = engine->options().attend_buckets;  // options() shows the default
   table = std::make_unique<RowTable>(engine->cache(), engine->draft_cache(), *head);
   stats.max_batch = o.max_batch;
+  if (o.fit_threads) {
+    TORCH_CHECK(model.device().is_cpu(),
+                "fit_threads: expected a CPU model (the threads it fits are CPU threads) but got ",
+                model.device());
+    threads = std::make_unique<CpuThreads>(at::get_num_threads());
+  }
   if (o.prefix_cache_bytes != 0) {
     const Cache& cache = engine->cache();
     // A restored entry is rolled back to the shared length: any depth for
@@ -156,6 +163,7 @@ bool Scheduler::cancel(const std::string& id) {
 
 void Scheduler::step() {
   c10::InferenceMode inference;
+  if (state_->threads) state_->threads->update();
   state_->step();
 }
 
@@ -189,6 +197,11 @@ SchedulerStats Scheduler::stats() const {
     out.prefix_evictions = p->evictions();
   }
   out.row_copies = state_->table->row_copies();
+  if (const CpuThreads* t = state_->threads.get()) {
+    out.threads = t->threads();
+    out.max_threads = t->max_threads();
+    out.thread_changes = t->changes();
+  }
   if (const GraphRunner* r = state_->engine->runner(Pass::kPrefill)) out.runner = r->stats();
   if (const GraphRunner* r = state_->engine->runner(Pass::kVerify)) out.verify_runner = r->stats();
   return out;

@@ -8,6 +8,7 @@
 #include "prefix_pool.hpp"
 #include "state.hpp"
 
+#include <statickv/engine/cpu_threads.hpp>
 #include <statickv/engine/scheduler.hpp>
 
 #include <deque>
@@ -36,6 +37,7 @@ struct Scheduler::State {
   std::unique_ptr<Engine> engine;      // the cache, backends and runners (draft model's too)
   std::unique_ptr<serving_detail::RowTable> table;     // rows()[r] lives in cache row r
   std::unique_ptr<serving_detail::PrefixPool> prefix;  // null: the prefix cache is off
+  std::unique_ptr<CpuThreads> threads;                 // null: fit_threads is off
   std::deque<serving_detail::Active> waiting;
   std::vector<Completion> finished;
   SchedulerStats stats;

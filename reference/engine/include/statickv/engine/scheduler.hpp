@@ -115,6 +115,10 @@ struct SchedulerOptions : EngineSettings {
   /// Tokens per block of the prefix lookup's hashes; a match reuses at
   /// least one block.
   int64_t prefix_block = 16;
+  /// A CPU model only: before each step, fit the intra-op threads to the
+  /// CPUs other processes leave idle, up to LibTorch's count at
+  /// construction (CpuThreads, Note [threads beside a co-tenant]).
+  bool fit_threads = false;
 };
 
 struct SchedulerStats {
@@ -134,6 +138,10 @@ struct SchedulerStats {
   RunnerStats runner;            ///< captures, replays, eager runs, per key (bucketed only)
   RunnerStats verify_runner;     ///< speculation: the verification calls' runner
   SpeculationStats speculation;  ///< speculation: drafts and acceptances
+  /// fit_threads: the intra-op threads now, the most it may use, and how
+  /// many times the count changed (0, 0, 0 without fit_threads).
+  int threads = 0, max_threads = 0;
+  int64_t thread_changes = 0;
   /// Mean live rows per step over max_batch.
   double occupancy() const;
   /// Padded over computed tokens.
