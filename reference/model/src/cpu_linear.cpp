@@ -11,8 +11,10 @@
 #include <ATen/record_function.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -86,28 +88,39 @@ double time_call(LinearRoute route, const at::Tensor& x, const at::Tensor& weigh
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-/// The fastest route over 1 and 4 rows of a 64 MiB weight (larger than any
-/// processor's caches, so every route streams it from memory): each route's
-/// fastest call of 5 interleaved rounds, the order rotating from round to
-/// round, so a moment of contention (another process starting or ending)
-/// slows one call of every route instead of every call of one.
-LinearRoute measure_routes() {
+/// Seconds of one pass of `route` over every weight, as a decode step
+/// reads them: one call each, the rows matching each weight's input width.
+double time_pass(LinearRoute route, const std::vector<at::Tensor>& weights, int64_t rows) {
+  double seconds = 0;
+  for (const at::Tensor& w : weights) {
+    seconds += time_call(route, at::ones({rows, w.size(1)}).mul_(0.5), w);
+  }
+  return seconds;
+}
+
+/// A 64 MiB weight (larger than any processor's caches, so every route
+/// streams it from memory): what is measured without a model's weights.
+std::vector<at::Tensor> synthetic_weights() { return {at::randn({16384, 1024}).mul_(0.02)}; }
+
+/// The fastest route over passes of 1 and 4 rows through `weights`: each
+/// route's fastest pass of 5 interleaved rounds, the order rotating from
+/// round to round, so a moment of contention (another process starting or
+/// ending) slows one pass of every route instead of every pass of one.
+LinearRoute measure_routes(const std::vector<at::Tensor>& weights) {
   c10::InferenceMode inference;
-  const at::Tensor weight = at::randn({16384, 1024}).mul_(0.02);
-  const std::vector<at::Tensor> inputs = {at::randn({1, 1024}), at::randn({4, 1024})};
   std::vector<LinearRoute> candidates;
   for (LinearRoute r : {LinearRoute::kGemm, LinearRoute::kStream, LinearRoute::kOneDnn}) {
     if (route_available(r)) candidates.push_back(r);
   }
+  const std::vector<int64_t> rows = {1, 4};
   constexpr double kNever = std::numeric_limits<double>::infinity();
-  std::vector<std::vector<double>> best(candidates.size(),
-                                        std::vector<double>(inputs.size(), kNever));
-  for (LinearRoute r : candidates) run_route(r, inputs[1], weight, {});  // warm-up
+  std::vector<std::vector<double>> best(candidates.size(), std::vector<double>(2, kNever));
+  for (LinearRoute r : candidates) time_pass(r, weights, 4);  // warm-up
   for (size_t round = 0; round < 5; ++round) {
     for (size_t k = 0; k < candidates.size(); ++k) {
       const size_t c = (k + round) % candidates.size();
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        best[c][i] = std::min(best[c][i], time_call(candidates[c], inputs[i], weight));
+      for (size_t i = 0; i < rows.size(); ++i) {
+        best[c][i] = std::min(best[c][i], time_pass(candidates[c], weights, rows[i]));
       }
     }
   }
@@ -116,6 +129,10 @@ LinearRoute measure_routes() {
   for (size_t c = 1; c < candidates.size(); ++c) fastest = total(c) < total(fastest) ? c : fastest;
   return candidates[fastest];
 }
+
+/// The process's route: -1 until measured.
+std::atomic<int> g_route{-1};
+std::mutex g_route_mutex;
 
 void check_operands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   TORCH_CHECK(weight.dim() == 2, "cpu_linear weight: expected [out, in] but got ", weight.sizes());
@@ -165,10 +182,24 @@ bool route_available(LinearRoute route) {
   return route != LinearRoute::kOneDnn || (onednn().plain && onednn().binary);
 }
 
-LinearRoute linear_route() {
-  static const LinearRoute route =
-      kernel_enabled("cpu_linear") ? measure_routes() : LinearRoute::kGemm;
-  return route;
+LinearRoute linear_route() { return linear_route({}); }
+
+LinearRoute linear_route(const std::vector<at::Tensor>& sample) {
+  if (const int known = g_route.load(std::memory_order_acquire); known >= 0) {
+    return static_cast<LinearRoute>(known);
+  }
+  std::lock_guard<std::mutex> lock(g_route_mutex);
+  if (g_route.load() < 0) {
+    std::vector<at::Tensor> weights;
+    for (const at::Tensor& w : sample) {
+      if (routes(at::empty({1, w.dim() == 2 ? w.size(1) : 0}), w)) weights.push_back(w);
+    }
+    const LinearRoute route = !kernel_enabled("cpu_linear")
+                                  ? LinearRoute::kGemm
+                                  : measure_routes(weights.empty() ? synthetic_weights() : weights);
+    g_route.store(static_cast<int>(route), std::memory_order_release);
+  }
+  return static_cast<LinearRoute>(g_route.load());
 }
 
 bool routes(const at::Tensor& x, const at::Tensor& weight) {

@@ -7,9 +7,10 @@
 // processors, oneDNN (also in the wheel) is faster there with two threads,
 // and statickv's own loop (stream_linear.cpp: each weight row read once,
 // AVX2 and FMA where the processor has them, else a portable twin) is
-// fastest with one. So each process measures the three routes once, on a
-// weight matrix too large for the caches, at the thread count it runs
-// with, and takes the fastest (linear_route() says which). Float32 CPU
+// fastest with one. So each process measures the three routes once, on the
+// first model's projection weights (or a weight matrix too large for the
+// caches), at the thread count it runs with, and takes the fastest
+// (linear_route() says which). Float32 CPU
 // tensors of 1..kStreamRows rows take that route; anything else, and every
 // call with the cpu_linear switch off (Note [kernel switches]), is the GEMM
 // (at::linear). The routes sum in different orders: their results differ
@@ -19,6 +20,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace statickv::reference {
 
@@ -43,6 +45,12 @@ bool route_available(LinearRoute route);
 /// with the intra-op threads of that moment; a few tenths of a second).
 /// kGemm with the cpu_linear switch off.
 LinearRoute linear_route();
+
+/// linear_route(), measured (if it has not been yet) on passes through
+/// `sample`: a model's own projection weights, as a decode step reads
+/// them; the weights that do not route are left out, and with none left
+/// it measures a 64 MiB weight of its own.
+LinearRoute linear_route(const std::vector<at::Tensor>& sample);
 
 /// Whether cpu_linear routes x [..., in] through weight (float32 CPU
 /// tensors, 1..kStreamRows rows, a weight with unit column stride), else it
