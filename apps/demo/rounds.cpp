@@ -56,7 +56,6 @@ RoundTimes time_rounds(const Loaded& run, const GenerateOptions& ours,
 }
 
 void report_rounds(const char* name, const RoundTimes& times, at::Device device, bool eager) {
-  if (times.ours.empty()) return;
   std::vector<double> ratios;
   for (size_t r = 0; r < times.ours.size(); ++r) {
     if (times.baseline[r] > 0) ratios.push_back(times.ours[r] / times.baseline[r]);

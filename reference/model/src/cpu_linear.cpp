@@ -11,7 +11,6 @@
 #include <ATen/record_function.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <limits>
 #include <mutex>
@@ -130,9 +129,15 @@ LinearRoute measure_routes(const std::vector<at::Tensor>& weights) {
   return candidates[fastest];
 }
 
-/// The process's route: -1 until measured.
-std::atomic<int> g_route{-1};
-std::mutex g_route_mutex;
+/// A float32 CPU [out, in] weight with unit column stride: what a route reads.
+bool routable_weight(const at::Tensor& weight) {
+  return weight.scalar_type() == at::kFloat && weight.is_cpu() && weight.dim() == 2 &&
+         weight.stride(1) == 1;
+}
+
+/// The process's route, measured once.
+std::once_flag g_route_measured;
+LinearRoute g_route = LinearRoute::kGemm;
 
 void check_operands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   TORCH_CHECK(weight.dim() == 2, "cpu_linear weight: expected [out, in] but got ", weight.sizes());
@@ -185,26 +190,19 @@ bool route_available(LinearRoute route) {
 LinearRoute linear_route() { return linear_route({}); }
 
 LinearRoute linear_route(const std::vector<at::Tensor>& sample) {
-  if (const int known = g_route.load(std::memory_order_acquire); known >= 0) {
-    return static_cast<LinearRoute>(known);
-  }
-  std::lock_guard<std::mutex> lock(g_route_mutex);
-  if (g_route.load() < 0) {
+  std::call_once(g_route_measured, [&] {
+    if (!kernel_enabled("cpu_linear")) return;  // the GEMM
     std::vector<at::Tensor> weights;
     for (const at::Tensor& w : sample) {
-      if (routes(at::empty({1, w.dim() == 2 ? w.size(1) : 0}), w)) weights.push_back(w);
+      if (routable_weight(w)) weights.push_back(w);
     }
-    const LinearRoute route = !kernel_enabled("cpu_linear")
-                                  ? LinearRoute::kGemm
-                                  : measure_routes(weights.empty() ? synthetic_weights() : weights);
-    g_route.store(static_cast<int>(route), std::memory_order_release);
-  }
-  return static_cast<LinearRoute>(g_route.load());
+    g_route = measure_routes(weights.empty() ? synthetic_weights() : weights);
+  });
+  return g_route;
 }
 
 bool routes(const at::Tensor& x, const at::Tensor& weight) {
-  if (x.scalar_type() != at::kFloat || weight.scalar_type() != at::kFloat) return false;
-  if (!x.is_cpu() || !weight.is_cpu() || weight.dim() != 2 || weight.stride(1) != 1) return false;
+  if (!routable_weight(weight) || x.scalar_type() != at::kFloat || !x.is_cpu()) return false;
   if (x.dim() < 1 || x.size(-1) != weight.size(1)) return false;
   const int64_t rows = x.numel() / std::max<int64_t>(1, x.size(-1));
   return rows >= 1 && rows <= kStreamRows && kernel_enabled("cpu_linear");
