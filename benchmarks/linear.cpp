@@ -1,19 +1,22 @@
 // The decode step's projections on the CPU (Note [CPU projections]): one
 // model's weight matrices (the fused path's q/k/v, o, gate/up, down and the
-// LM head) times 1 to 16 rows, through each GEMM a CPU build can reach,
-// side by side in rotated rounds:
+// LM head) times 1 to 16 rows (a decode step) or more (a prefill chunk),
+// through each GEMM a CPU build can reach, side by side in rotated rounds:
 //   gemm    at::linear in float32 (the torch wheel's MKL sgemm);
 //   onednn  oneDNN's linear (mkldnn::_linear_pointwise) in float32;
-//   stream  statickv's stream loop (each weight row read once);
+//   stream  statickv's stream loop (each weight row read once; 1 to 16 rows);
 //   bf16    at::linear in bfloat16 (oneDNN; fast only with bf16 dot products).
 // Each arm times a whole step's projections; the table gives µs per step,
 // the weights' GB/s and that as a share of the measured copy bandwidth, and
-// each arm's time over stream's (paired per round); the first line says
-// which route cpu_linear measured fastest in this process.
+// each arm's time over the base arm's at its row count (paired per round):
+// the stream loop's, or the GEMM's beyond the stream loop's rows. The first
+// line says which routes cpu_linear measured fastest in this process.
 //
-//   statickv_bench_linear [--model smollm2-135m] [--rows 1,4,16] [--threads N]
+//   statickv_bench_linear [--model smollm2-135m] [--rows 1,4,16,64] [--threads N]
 
 #include "bench_util.hpp"
+
+#include <optional>
 
 #include <statickv/kernel_switches.hpp>
 #include <statickv/model/checkpoint.hpp>
@@ -111,6 +114,18 @@ void run_step(const Arm& a) {
   project(a, a.x_hidden, a.weights->lm_head);
 }
 
+/// The arm each arm at `rows` is compared with: the stream loop's where it
+/// takes that many rows, else the GEMM's.
+std::optional<size_t> base_arm(const std::vector<Arm>& arms, int64_t rows) {
+  std::optional<size_t> gemm;
+  for (size_t j = 0; j < arms.size(); ++j) {
+    if (arms[j].rows != rows) continue;
+    if (arms[j].kind == "stream") return j;
+    if (arms[j].kind == "gemm") gemm = j;
+  }
+  return gemm;
+}
+
 Arm make_arm(const std::string& kind, int64_t rows, const Shapes& s,
              const std::shared_ptr<WeightSet>& weights) {
   Arm a;
@@ -167,16 +182,19 @@ int main(int argc, char** argv) try {
   std::vector<Arm> arms;
   for (int64_t rows : row_counts) {
     for (const std::string& kind : kinds) {
+      if (kind == "stream" && rows > reference::kStreamRows) continue;  // beyond its rows
       arms.push_back(make_arm(kind, rows, shapes, kind == "bf16" ? bf16 : f32));
     }
   }
   const double copy = copy_bandwidth(at::kCPU);
   const std::string route = reference::route_name(reference::linear_route());
+  const std::string many = reference::route_name(reference::many_rows_route());
   fmt::print(
-      "statickv linear: {} on {} ({} threads); cpu_linear measured {} fastest; stream "
-      "loop {}; copy {:.1f} GB/s; {} rounds x {} steps; kernels off: {}\n",
-      o.model, cpu_model(), at::get_num_threads(), route, reference::stream_loop_isa(), copy / 1e9,
-      o.rounds, o.calls, fmt::join(disabled_kernels(), ","));
+      "statickv linear: {} on {} ({} threads); cpu_linear measured {} fastest for 1 to {} rows, "
+      "{} for more; stream loop {}; copy {:.1f} GB/s; {} rounds x {} steps; kernels off: {}\n",
+      o.model, cpu_model(), at::get_num_threads(), route, reference::kStreamRows, many,
+      reference::stream_loop_isa(), copy / 1e9, o.rounds, o.calls,
+      fmt::join(disabled_kernels(), ","));
   const std::vector<Stats> stats = rotated_rounds(arms.size(), o.rounds, [&](size_t i) {
     const auto start = Clock::now();
     for (int c = 0; c < o.calls; ++c) run_step(arms[i]);
@@ -184,15 +202,12 @@ int main(int argc, char** argv) try {
   });
   Json rows = Json::array();
   fmt::print("\n{:<18} {:>10} {:>8} {:>8} {:>22}\n", "arm", "µs/step", "GB/s", "of copy",
-             "over stream [p10,p90]");
+             "over base [p10,p90]");
   for (size_t i = 0; i < arms.size(); ++i) {
     const Arm& a = arms[i];
     const double gbs = a.weights->bytes / stats[i].median / 1e9;
-    Stats over;
-    for (size_t j = 0; j < arms.size(); ++j) {
-      if (arms[j].kind == "stream" && arms[j].rows == a.rows)
-        over = paired_ratio(stats[i], stats[j]);
-    }
+    const std::optional<size_t> base = base_arm(arms, a.rows);
+    const Stats over = base ? paired_ratio(stats[i], stats[*base]) : Stats{};
     fmt::print("{:<18} {:>10.1f} {:>8.1f} {:>7.0f}% {:>22}\n", a.name, stats[i].median * 1e6, gbs,
                100 * gbs * 1e9 / copy, over.median == 0 ? "-" : ratio_text(over));
     rows.push_back(Json::object({{"name", a.name},
@@ -209,6 +224,7 @@ int main(int argc, char** argv) try {
                                    {"environment", environment(at::kCPU)},
                                    {"model", o.model},
                                    {"measured_route", route},
+                                   {"measured_many_rows_route", many},
                                    {"stream_loop", reference::stream_loop_isa()},
                                    {"copy_bytes_per_s", copy},
                                    {"disabled_kernels", disabled_kernels()},

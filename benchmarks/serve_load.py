@@ -102,7 +102,7 @@ from tokenizers import Tokenizer  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 MEAN_STEP = re.compile(r"steps \((\d+) with prefill, mean ([\d.]+) ms\)")
-ROUTE = re.compile(r"projections of 1 to \d+ rows by (\w+)")
+ROUTE = re.compile(r"projections of 1 to \d+ rows by (\w+)(?:, more by (\w+))?")
 SERVERS = ("statickv", "gemm", "lines", "aiperf", "aiperf-llama", "transformers", "llama")
 VARIANT = re.compile(r"([a-z][a-z0-9-]*)=(statickv|llama):(.*)", re.S)
 ENV_WORD = re.compile(r"[A-Z_][A-Z0-9_]*=.*")
@@ -394,9 +394,10 @@ def mean_step(text):
 
 
 def projection_route(text):
-    """The CPU projections' route statickv-serve's exit report names (None elsewhere)."""
+    """The CPU projections' routes statickv-serve's exit report names, a few rows' then more
+    rows' ("stream/onednn"; None elsewhere)."""
     found = ROUTE.findall(text)
-    return found[-1] if found else None
+    return "/".join(r for r in found[-1] if r) if found else None
 
 
 # ----- what is reported -------------------------------------------------------------------------

@@ -85,9 +85,9 @@ void print_header(const Options& o, const Loaded& run, const GenerateOptions& op
       o.offload ? "; KV cache offloaded to host memory (--offload)" : "");
   if (device.is_cpu() && dtype == at::kFloat) {
     fmt::print(
-        "fused-path projections of 1 to {} rows: {} (measured fastest on this CPU; "
+        "fused-path projections of 1 to {} rows: {}, more: {} (measured fastest on this CPU; "
         "Note [CPU projections])\n",
-        kStreamRows, route_name(linear_route()));
+        kStreamRows, route_name(linear_route()), route_name(many_rows_route()));
   }
 }
 

@@ -35,10 +35,10 @@ void print_projections(const Cache& cache) {
   const CacheConfig& c = cache.config();
   if (!c.device.is_cpu() || c.dtype != at::kFloat) return;
   std::fprintf(stderr,
-               "statickv-serve: projections of 1 to %lld rows by %s (measured fastest on this CPU; "
-               "stream loop %s)\n",
+               "statickv-serve: projections of 1 to %lld rows by %s, more by %s (measured fastest "
+               "on this CPU; stream loop %s)\n",
                static_cast<long long>(kStreamRows), route_name(linear_route()).c_str(),
-               stream_loop_isa().c_str());
+               route_name(many_rows_route()).c_str(), stream_loop_isa().c_str());
 }
 
 }  // namespace

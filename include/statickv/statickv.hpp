@@ -9,6 +9,7 @@
 #include <statickv/kernel_switches.hpp>
 #include <statickv/layers.hpp>
 #include <statickv/mask.hpp>
+#include <statickv/parallel.hpp>
 #include <statickv/rotary.hpp>
 #include <statickv/row_state.hpp>
 #include <statickv/sharding.hpp>

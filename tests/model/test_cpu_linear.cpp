@@ -1,9 +1,10 @@
 // cpu_linear (reference/model/include/statickv/model/cpu_linear.hpp; Note
-// [CPU projections]): each route a decode step's few rows can take on the
-// CPU (the GEMM, oneDNN, statickv's stream loop and its portable twin)
-// equals at::linear up to float32 rounding at every row count it routes,
-// odd widths, a bias and strided rows; cpu_linear_add adds into y; what is
-// not routed is the GEMM itself; a routed projection counts as one launch.
+// [CPU projections]): each route a projection can take on the CPU (the
+// GEMM, oneDNN, statickv's stream loop and its portable twin for a few rows)
+// equals at::linear up to float32 rounding at every row count it takes,
+// odd widths, a bias and strided rows; cpu_linear_add adds into y; more rows
+// take the measured many-rows route; what is not routed is the GEMM itself;
+// a routed projection counts as one launch.
 
 #include "support.hpp"
 
@@ -57,9 +58,13 @@ std::vector<std::pair<std::string, Projection>> all_routes() {
 TEST_CASE("every CPU route equals the GEMM at every row count it takes, odd widths and a bias",
           "[cpu_linear]") {
   at::manual_seed(11);
-  INFO("measured route " << route_name(linear_route()) << ", stream loop " << stream_loop_isa());
+  INFO("measured routes " << route_name(linear_route()) << " and " << route_name(many_rows_route())
+                          << ", stream loop " << stream_loop_isa());
   for (const auto& [name, project] : all_routes()) {
-    for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{8}, kStreamRows}) {
+    const bool few_only = name.rfind("stream", 0) == 0;
+    for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{8}, kStreamRows,
+                         kStreamRows + 1, int64_t{70}}) {
+      if (few_only && rows > kStreamRows) continue;
       for (auto [out, in] : std::vector<std::pair<int64_t, int64_t>>{
                {1, 1}, {3, 7}, {5, 8}, {9, 17}, {13, 64}, {64, 576}, {37, 1539}}) {
         for (bool with_bias : {false, true}) {
@@ -92,30 +97,42 @@ TEST_CASE("every CPU route keeps x's leading shape and reads strided rows", "[cp
 
 TEST_CASE("cpu_linear_add adds the projection into y", "[cpu_linear]") {
   at::manual_seed(13);
-  for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{5}, kStreamRows}) {
+  for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{5}, kStreamRows, kStreamRows + 3}) {
     const at::Tensor x = at::randn({rows, 1, 24});
     const at::Tensor w = at::randn({10, 24});
     const at::Tensor bias = at::randn({10});
     at::Tensor y = at::randn({rows, 1, 10});
     const at::Tensor before = y.clone();
     cpu_linear_add(y, x, w, bias);
-    INFO("rows " << rows << ", route " << route_name(linear_route()));
+    INFO("rows " << rows << ", route " << route_name(route_for(x, w)));
     CHECK(y.sizes() == before.sizes());
     const at::Tensor bound = at::linear(x.abs(), w.abs()).mul(1e-6).add(1e-5);
     CHECK(y.sub(before.add(gemm(x, w, bias))).abs().le(bound).all().item<bool>());
   }
 }
 
+TEST_CASE("more rows than the stream loop takes go the measured many-rows route", "[cpu_linear]") {
+  at::manual_seed(15);
+  const at::Tensor w = at::randn({12, 16});
+  const at::Tensor many = at::randn({kStreamRows + 1, 16});
+  REQUIRE(routes(many, w));
+  CHECK(route_for(many, w) == many_rows_route());
+  CHECK(route_for(many.narrow(0, 0, kStreamRows), w) == linear_route());
+  CHECK(many_rows_route() != LinearRoute::kStream);
+  CHECK(close_to_gemm(cpu_linear(many, w), many, w, {}));
+  if (many_rows_route() == LinearRoute::kGemm) {
+    CHECK(at::equal(cpu_linear(many, w), at::linear(many, w)));
+  }
+}
+
 TEST_CASE("what cpu_linear does not route is the GEMM itself", "[cpu_linear]") {
   at::manual_seed(14);
   const at::Tensor w = at::randn({12, 16});
-  // More rows than it routes, and another dtype: the GEMM, bit for bit.
-  const at::Tensor many = at::randn({kStreamRows + 1, 16});
-  CHECK_FALSE(routes(many, w));
-  CHECK(at::equal(cpu_linear(many, w), at::linear(many, w)));
+  // Another dtype: the GEMM, bit for bit.
   const at::Tensor xb = at::randn({2, 16}).to(at::kBFloat16);
   const at::Tensor wb = w.to(at::kBFloat16);
   CHECK_FALSE(routes(xb, wb));
+  CHECK(route_for(xb, wb) == LinearRoute::kGemm);
   CHECK(at::equal(cpu_linear(xb, wb), at::linear(xb, wb)));
   const at::Tensor none = at::randn({0, 16});
   CHECK(cpu_linear(none, w).sizes() == at::IntArrayRef({0, 12}));
@@ -153,7 +170,7 @@ TEST_CASE("cpu_linear refuses mismatched operands, by name", "[cpu_linear]") {
       [] {
         linear_by(LinearRoute::kStream, at::randn({20, 4}), at::randn({3, 4}));
       },
-      {"cpu_linear x", "1 to 16", "[20, 4]"});
+      {"cpu_linear x", "1 to 16 rows for the stream route", "[20, 4]"});
   at::Tensor y = at::randn({2, 2});
   require_error(
       [&] {

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <limits>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <vector>
 
@@ -101,20 +102,17 @@ double time_pass(LinearRoute route, const std::vector<at::Tensor>& weights, int6
 /// streams it from memory): what is measured without a model's weights.
 std::vector<at::Tensor> synthetic_weights() { return {at::randn({16384, 1024}).mul_(0.02)}; }
 
-/// The fastest route over passes of 1 and 4 rows through `weights`: each
-/// route's fastest pass of 5 interleaved rounds, the order rotating from
-/// round to round, so a moment of contention (another process starting or
-/// ending) slows one pass of every route instead of every pass of one.
-LinearRoute measure_routes(const std::vector<at::Tensor>& weights) {
-  c10::InferenceMode inference;
-  std::vector<LinearRoute> candidates;
-  for (LinearRoute r : {LinearRoute::kGemm, LinearRoute::kStream, LinearRoute::kOneDnn}) {
-    if (route_available(r)) candidates.push_back(r);
-  }
-  const std::vector<int64_t> rows = {1, 4};
+/// The fastest of `candidates` over passes of each of `rows` through
+/// `weights`: each route's fastest pass of 5 interleaved rounds, the order
+/// rotating from round to round, so a moment of contention (another process
+/// starting or ending) slows one pass of every route instead of every pass
+/// of one.
+LinearRoute fastest(const std::vector<LinearRoute>& candidates,
+                    const std::vector<at::Tensor>& weights, const std::vector<int64_t>& rows) {
   constexpr double kNever = std::numeric_limits<double>::infinity();
-  std::vector<std::vector<double>> best(candidates.size(), std::vector<double>(2, kNever));
-  for (LinearRoute r : candidates) time_pass(r, weights, 4);  // warm-up
+  std::vector<std::vector<double>> best(candidates.size(),
+                                        std::vector<double>(rows.size(), kNever));
+  for (LinearRoute r : candidates) time_pass(r, weights, rows.back());  // warm-up
   for (size_t round = 0; round < 5; ++round) {
     for (size_t k = 0; k < candidates.size(); ++k) {
       const size_t c = (k + round) % candidates.size();
@@ -123,10 +121,52 @@ LinearRoute measure_routes(const std::vector<at::Tensor>& weights) {
       }
     }
   }
-  size_t fastest = 0;
-  auto total = [&](size_t c) { return best[c][0] + best[c][1]; };
-  for (size_t c = 1; c < candidates.size(); ++c) fastest = total(c) < total(fastest) ? c : fastest;
-  return candidates[fastest];
+  auto total = [&](size_t c) { return std::accumulate(best[c].begin(), best[c].end(), 0.0); };
+  size_t winner = 0;
+  for (size_t c = 1; c < candidates.size(); ++c) winner = total(c) < total(winner) ? c : winner;
+  return candidates[winner];
+}
+
+std::vector<LinearRoute> available(std::initializer_list<LinearRoute> routes) {
+  std::vector<LinearRoute> out;
+  for (LinearRoute r : routes) {
+    if (route_available(r)) out.push_back(r);
+  }
+  return out;
+}
+
+/// The first of `weights` up to `bytes` (at least one).
+std::vector<at::Tensor> first_bytes(const std::vector<at::Tensor>& weights, int64_t bytes) {
+  std::vector<at::Tensor> out;
+  int64_t taken = 0;
+  for (const at::Tensor& w : weights) {
+    if (!out.empty() && taken + w.nbytes() > bytes) break;
+    out.push_back(w);
+    taken += w.nbytes();
+  }
+  return out;
+}
+
+/// The rows a pass of the many-rows measurement multiplies: a prefill
+/// chunk's, where the work is arithmetic, not reading the weights.
+constexpr int64_t kManyRowsMeasured = 64;
+
+struct Routes {
+  LinearRoute few = LinearRoute::kGemm;   // 1..kStreamRows rows
+  LinearRoute many = LinearRoute::kGemm;  // more
+};
+
+/// Both routes: the few rows' over passes of 1 and 4 rows through every
+/// weight; the many rows' (the GEMM or oneDNN) over passes of 64 rows
+/// through the first 16 MiB, which take as long as a few-row pass of all.
+Routes measure_routes(const std::vector<at::Tensor>& weights) {
+  c10::InferenceMode inference;
+  Routes r;
+  r.few = fastest(available({LinearRoute::kGemm, LinearRoute::kStream, LinearRoute::kOneDnn}),
+                  weights, {1, 4});
+  r.many = fastest(available({LinearRoute::kGemm, LinearRoute::kOneDnn}),
+                   first_bytes(weights, int64_t{16} << 20), {kManyRowsMeasured});
+  return r;
 }
 
 /// A float32 CPU [out, in] weight with unit column stride: what a route reads.
@@ -135,9 +175,9 @@ bool routable_weight(const at::Tensor& weight) {
          weight.stride(1) == 1;
 }
 
-/// The process's route, measured once.
+/// The process's routes, measured once.
 std::once_flag g_route_measured;
-LinearRoute g_route = LinearRoute::kGemm;
+Routes g_routes;
 
 void check_operands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   TORCH_CHECK(weight.dim() == 2, "cpu_linear weight: expected [out, in] but got ", weight.sizes());
@@ -156,11 +196,19 @@ std::vector<int64_t> out_shape(const at::Tensor& x, const at::Tensor& weight) {
   return shape;
 }
 
-/// The operands' checks, and that x routes: what a caller naming a route owes.
-void check_routed(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+/// The number of rows x [..., in] holds.
+int64_t rows_of(const at::Tensor& x) { return x.numel() / std::max<int64_t>(1, x.size(-1)); }
+
+/// The operands' checks, and that x can take `route`: what a caller naming
+/// a route owes.
+void check_routed(LinearRoute route, const at::Tensor& x, const at::Tensor& weight,
+                  const at::Tensor& bias) {
   check_operands(x, weight, bias);
-  TORCH_CHECK(routes(x, weight), "cpu_linear x: expected float32 CPU rows, 1 to ", kStreamRows,
-              ", but got ", x.sizes(), " ", x.scalar_type(), " on ", x.device());
+  TORCH_CHECK(routes(x, weight), "cpu_linear x: expected float32 CPU rows but got ", x.sizes(), " ",
+              x.scalar_type(), " on ", x.device());
+  TORCH_CHECK(route != LinearRoute::kStream || rows_of(x) <= kStreamRows,
+              "cpu_linear x: expected 1 to ", kStreamRows, " rows for the stream route but got ",
+              x.sizes());
 }
 
 /// x through `route` (checked), recorded as one launch, in x's leading shape.
@@ -196,21 +244,30 @@ LinearRoute linear_route(const std::vector<at::Tensor>& sample) {
     for (const at::Tensor& w : sample) {
       if (routable_weight(w)) weights.push_back(w);
     }
-    g_route = measure_routes(weights.empty() ? synthetic_weights() : weights);
+    g_routes = measure_routes(weights.empty() ? synthetic_weights() : weights);
   });
-  return g_route;
+  return g_routes.few;
+}
+
+LinearRoute many_rows_route() {
+  linear_route();
+  return g_routes.many;
 }
 
 bool routes(const at::Tensor& x, const at::Tensor& weight) {
   if (!routable_weight(weight) || x.scalar_type() != at::kFloat || !x.is_cpu()) return false;
   if (x.dim() < 1 || x.size(-1) != weight.size(1)) return false;
-  const int64_t rows = x.numel() / std::max<int64_t>(1, x.size(-1));
-  return rows >= 1 && rows <= kStreamRows && kernel_enabled("cpu_linear");
+  return rows_of(x) >= 1 && kernel_enabled("cpu_linear");
+}
+
+LinearRoute route_for(const at::Tensor& x, const at::Tensor& weight) {
+  if (!routes(x, weight)) return LinearRoute::kGemm;
+  return rows_of(x) <= kStreamRows ? linear_route() : many_rows_route();
 }
 
 at::Tensor linear_by(LinearRoute route, const at::Tensor& x, const at::Tensor& weight,
                      const at::Tensor& bias) {
-  check_routed(x, weight, bias);
+  check_routed(route, x, weight, bias);
   TORCH_CHECK(route_available(route),
               "route: expected a LibTorch with oneDNN for onednn but this one has none");
   return routed(route, x, weight, bias);
@@ -218,21 +275,18 @@ at::Tensor linear_by(LinearRoute route, const at::Tensor& x, const at::Tensor& w
 
 at::Tensor cpu_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   check_operands(x, weight, bias);
-  if (!routes(x, weight) || linear_route() == LinearRoute::kGemm) {
-    return at::linear(x, weight, optional_bias(bias));
-  }
-  return routed(linear_route(), x, weight, bias);
+  const LinearRoute route = route_for(x, weight);
+  if (route == LinearRoute::kGemm) return at::linear(x, weight, optional_bias(bias));
+  return routed(route, x, weight, bias);
 }
 
 void cpu_linear_add(at::Tensor& y, const at::Tensor& x, const at::Tensor& weight,
                     const at::Tensor& bias) {
   check_operands(x, weight, bias);
-  TORCH_CHECK(y.dim() >= 1 && y.size(-1) == weight.size(0) &&
-                  y.numel() == x.numel() / std::max<int64_t>(1, x.size(-1)) * weight.size(0),
-              "cpu_linear_add y: expected [..., ", weight.size(0), "] with x's rows but got ",
-              y.sizes());
-  const LinearRoute route =
-      routes(x, weight) && y.is_contiguous() ? linear_route() : LinearRoute::kGemm;
+  TORCH_CHECK(
+      y.dim() >= 1 && y.size(-1) == weight.size(0) && y.numel() == rows_of(x) * weight.size(0),
+      "cpu_linear_add y: expected [..., ", weight.size(0), "] with x's rows but got ", y.sizes());
+  const LinearRoute route = y.is_contiguous() ? route_for(x, weight) : LinearRoute::kGemm;
   if (route == LinearRoute::kGemm) {
     at::Tensor y2 = y.view({-1, y.size(-1)});
     y2.addmm_(x.reshape({-1, x.size(-1)}), weight.t());
@@ -254,7 +308,7 @@ void cpu_linear_add(at::Tensor& y, const at::Tensor& x, const at::Tensor& weight
 
 at::Tensor linear_by_portable_stream(const at::Tensor& x, const at::Tensor& weight,
                                      const at::Tensor& bias) {
-  check_routed(x, weight, bias);
+  check_routed(LinearRoute::kStream, x, weight, bias);
   return run_route(LinearRoute::kStream, x, weight, bias, /*portable=*/true)
       .view(out_shape(x, weight));
 }

@@ -1,20 +1,21 @@
 #pragma once
-// cpu_linear(): the fused decode path's projections (Note [CPU
-// projections]). A decode step multiplies 1 to kStreamRows rows by every
-// weight matrix once, so on the CPU it is bound by reading the weights, and
-// which library reads them fastest depends on the processor and the thread
-// count: the torch wheel's MKL sgemm is slow at a few rows on some x86
-// processors, oneDNN (also in the wheel) is faster there with two threads,
-// and statickv's own loop (stream_linear.cpp: each weight row read once,
-// AVX2 and FMA where the processor has them, else a portable twin) is
-// fastest with one. So each process measures the three routes once, on the
-// first model's projection weights (or a weight matrix too large for the
-// caches), at the thread count it runs with, and takes the fastest
-// (linear_route() says which). Float32 CPU
-// tensors of 1..kStreamRows rows take that route; anything else, and every
-// call with the cpu_linear switch off (Note [kernel switches]), is the GEMM
-// (at::linear). The routes sum in different orders: their results differ
-// by float32 rounding.
+// cpu_linear(): the fused path's projections (Note [CPU projections]). A
+// decode step multiplies 1 to kStreamRows rows by every weight matrix once,
+// so on the CPU it is bound by reading the weights, and which library reads
+// them fastest depends on the processor and the thread count: the torch
+// wheel's MKL sgemm is slow at a few rows on some x86 processors, oneDNN
+// (also in the wheel) is faster there, and statickv's own loop
+// (stream_linear.cpp: each weight row read once, AVX2 and FMA where the
+// processor has them, else a portable twin) faster still. A prefill chunk
+// multiplies more rows, where the work is arithmetic, and there too MKL and
+// oneDNN differ by processor. So each process measures the routes once, on
+// the first model's projection weights (or a weight matrix too large for the
+// caches), at the thread count it runs with, and takes the fastest for a few
+// rows (linear_route()) and for more (many_rows_route()). Float32 CPU
+// tensors take those routes; anything else, and every call with the
+// cpu_linear switch off (Note [kernel switches]), is the GEMM (at::linear).
+// The routes sum in different orders: their results differ by float32
+// rounding.
 
 #include <ATen/ATen.h>
 
@@ -24,8 +25,9 @@
 
 namespace statickv::reference {
 
-/// The most rows (x's leading dims together) a projection routes; more go
-/// to the GEMM, whose blocking pays once the weights are reused enough.
+/// The most rows (x's leading dims together) the few-rows route takes;
+/// more take many_rows_route(): the GEMM or oneDNN, whose blocking pays once
+/// the weights are reused enough.
 inline constexpr int64_t kStreamRows = 16;
 
 /// How a few rows meet a weight matrix on the CPU.
@@ -52,10 +54,20 @@ LinearRoute linear_route();
 /// it measures a 64 MiB weight of its own.
 LinearRoute linear_route(const std::vector<at::Tensor>& sample);
 
-/// Whether cpu_linear routes x [..., in] through weight (float32 CPU
-/// tensors, 1..kStreamRows rows, a weight with unit column stride), else it
-/// is the GEMM.
+/// The route this process measured faster for more than kStreamRows rows
+/// (the GEMM or oneDNN; measured with linear_route(), on passes of 64 rows
+/// through the first 16 MiB of the same weights). kGemm with the
+/// cpu_linear switch off.
+LinearRoute many_rows_route();
+
+/// Whether cpu_linear takes a measured route for x [..., in] and weight
+/// (float32 CPU tensors, at least one row, a weight with unit column
+/// stride, the switch on), else it is the GEMM.
 bool routes(const at::Tensor& x, const at::Tensor& weight);
+
+/// The route cpu_linear takes for x: linear_route() for 1..kStreamRows
+/// rows, many_rows_route() for more, kGemm where it does not route.
+LinearRoute route_for(const at::Tensor& x, const at::Tensor& weight);
 
 /// x [..., in] @ weight[out, in]^T (+ bias [out]), as at::linear computes it.
 at::Tensor cpu_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
@@ -67,7 +79,8 @@ void cpu_linear_add(at::Tensor& y, const at::Tensor& x, const at::Tensor& weight
                     const at::Tensor& bias = {});
 
 /// cpu_linear through one route, whatever was measured (tests, benchmarks).
-/// x must route (routes(x, weight)).
+/// x must route (routes(x, weight)); the stream route takes 1..kStreamRows
+/// rows.
 at::Tensor linear_by(LinearRoute route, const at::Tensor& x, const at::Tensor& weight,
                      const at::Tensor& bias = {});
 
@@ -75,7 +88,7 @@ at::Tensor linear_by(LinearRoute route, const at::Tensor& x, const at::Tensor& w
 std::string stream_loop_isa();
 
 /// The stream route through its portable loop whatever the processor has
-/// (the AVX2 loop's twin, for tests). x must route.
+/// (the AVX2 loop's twin, for tests). x must route, 1..kStreamRows rows.
 at::Tensor linear_by_portable_stream(const at::Tensor& x, const at::Tensor& weight,
                                      const at::Tensor& bias = {});
 
