@@ -36,8 +36,15 @@ endif()
 message(STATUS "statickv CPU kernels: LibTorch OpenMP backend ${statickv_torch_openmp}, "
                "compiled with OpenMP ${STATICKV_OPENMP}")
 
+# The flags, and the runtime by name (gomp with GCC), not FindOpenMP's
+# imported target: that names the compiler's libgomp.so by its full path,
+# which CMake then reports as hidden behind LibTorch's own libgomp.so.1 in
+# every executable's run path. By name, the linker finds the compiler's and
+# the loader shares the one LibTorch brings (same soname).
 function(statickv_openmp target)
   if(STATICKV_OPENMP)
-    target_link_libraries(${target} PRIVATE OpenMP::OpenMP_CXX)
+    separate_arguments(flags NATIVE_COMMAND "${OpenMP_CXX_FLAGS}")
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${flags}>)
+    target_link_libraries(${target} PRIVATE ${OpenMP_CXX_LIB_NAMES})
   endif()
 endfunction()
