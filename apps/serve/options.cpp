@@ -120,8 +120,12 @@ void add_model_and_cache_flags(flags::Flags& flags, Options* o) {
   flags.add_switch("--no-prefix-cache", &o->no_prefix_cache,
                    "prefill every prompt from its first token (--prefix-cache-bytes 0)");
   flags.add_switch("--eager", &o->eager,
-                   "run steps at their exact shapes (default: the bucketed GraphRunner, CUDA "
-                   "graphs on a GPU, every bucket captured at start)");
+                   "run steps at their exact shapes (the default on the CPU, which has no "
+                   "graphs to replay; on CUDA the default is the bucketed GraphRunner, every "
+                   "bucket captured at start)");
+  flags.add_switch("--buckets", &o->buckets,
+                   "run steps through the bucketed GraphRunner on the CPU too (CUDA's default; "
+                   "docs/serving.md, Buckets on the CPU)");
 }
 
 /// The serving loop's flags, the HTTP ones, and the input format.
@@ -157,6 +161,11 @@ void check_rules(const flags::Flags& flags, Options& o) {
   if (!o.checkpoint.empty() && flags.given("--shape")) {
     throw flags::FlagError(
         "--shape: expected no --shape with --checkpoint (the checkpoint has its own)");
+  }
+  if (o.eager && o.buckets) {
+    throw flags::FlagError(
+        "--buckets: expected no --buckets with --eager (steps run bucketed or at their exact "
+        "shapes, not both)");
   }
   if (o.tp.tp > 1 && !o.eager && flags::parse_device(o.device).is_cuda()) {
     throw flags::FlagError(
@@ -197,6 +206,18 @@ Options parse_options(int argc, char** argv) {
   return o;
 }
 
+namespace {
+
+/// Whether steps run through the bucketed GraphRunner: on CUDA unless
+/// --eager, on the CPU only with --buckets (docs/serving.md, "Buckets on
+/// the CPU": no graphs to replay, and a bucket's padding costs real work).
+bool bucketed(const Options& o) {
+  if (o.buckets) return true;
+  return !o.eager && !flags::parse_device(o.device).is_cpu();
+}
+
+}  // namespace
+
 SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) {
   SchedulerOptions s;
   if (o.cache == "static" && config.has_sliding()) {
@@ -230,7 +251,7 @@ SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) 
         o.max_batch, o.token_budget));
   }
   s.token_budget = o.token_budget > 0 ? o.token_budget : o.max_batch - 1 + chunk;
-  s.bucketed = !o.eager;
+  s.bucketed = bucketed(o);
   s.speculate = o.spec.speculate;
   s.prefix_cache_bytes = o.no_prefix_cache ? 0 : o.prefix_cache_bytes;
   if (o.tp.tp > 1) s.prefix_cache_bytes = 0;  // the default turns itself off under --tp

@@ -19,7 +19,8 @@ struct Options {
   bool no_prefix_cache = false;
   int threads = 0;
   bool fit_threads = false;  // --fit-threads: CpuThreads before each step
-  bool eager = false;
+  bool eager = false;        // --eager: exact shapes (the CPU's default)
+  bool buckets = false;      // --buckets: the GraphRunner on the CPU too
   bool offload = false;
   apps::TpFlags tp;
   apps::SpeculationFlags spec;

@@ -230,6 +230,7 @@ CASES = [
     ("statickv-serve", ["--device", "gpu"], ["--device: expected auto, cpu or cuda"]),
     ("statickv-serve", ["--dtype", "fp8"], ["--dtype: expected fp32,", "got 'fp8'"]),
     ("statickv-serve", ["--eager=1"], ["--eager: expected no value", "'1'"]),
+    ("statickv-serve", ["--eager", "--buckets"], ["--buckets: expected no --buckets with --eager"]),
     ("statickv-serve", ["--threads", "x"], ["--threads: expected an integer", "'x'"]),
     ("statickv-serve", ["--fit-threads", "--tp", "2"],
      ["--fit-threads: expected --tp 1", "got --tp 2"]),

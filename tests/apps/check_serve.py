@@ -1,7 +1,8 @@
 """statickv-serve's protocol as a client sees it: JSON lines in, one line per
 finished request out, exit status 0 at the end of input.
 
-usage: check_serve.py STATICKV_SERVE STATICKV_DEMO [--eager]   (--eager: statickv-serve --eager)
+usage: check_serve.py STATICKV_SERVE STATICKV_DEMO [--eager | --buckets]   (passed to statickv-serve:
+exact shapes, the CPU's default, or the bucketed GraphRunner)
 
 - greedy tokens equal statickv-demo --print-ids for the same prompts (the
   same random-weight model; the demo runs them as one ragged batch);
@@ -167,16 +168,21 @@ def check_replies(replies, expected, check):
           "ignore_eos and min_tokens accepted; it runs to max_new_tokens")
 
 
+def runner_mode():
+    """The runner flag this run passes to statickv-serve (--eager or --buckets), if any."""
+    return [flag for flag in ("--eager", "--buckets") if flag in sys.argv[3:]]
+
+
 def check_speculation(exe, expected, check):
     """Speculation with a draft model on its own cache (rows mirroring the
     target's): greedy tokens unchanged. --draft-shape tiny with the same
     seed is the target itself, so every draft is accepted."""
-    mode = ["--eager"] if "--eager" in sys.argv else []
     good = [json.dumps({"id": i, "prompt": p, "max_new_tokens": NEW})
             for i, p in enumerate(PROMPTS)]
     for shape, rate in (("tiny", "acceptance rate 100.0%"), ("tiny-mistral", "acceptance rate")):
         run = subprocess.run([exe, "--shape", "tiny", "--max-batch", "4", "--max-len", "256",
-                              "--threads", "1", "--speculate", "3", "--draft-shape", shape, *mode],
+                              "--threads", "1", "--speculate", "3", "--draft-shape", shape,
+                              *runner_mode()],
                              input="\n".join(good) + "\n", capture_output=True, text=True,
                              timeout=300)
         got = {r["id"]: r.get("tokens") for r in map(json.loads, run.stdout.splitlines())}
@@ -197,7 +203,7 @@ def main():
 
     expected = expected_tokens(demo)
     lines = request_lines(expected)
-    replies = serve(exe, lines, ["--eager"]) if "--eager" in sys.argv else serve(exe, lines)
+    replies = serve(exe, lines, runner_mode())
     check_replies(replies, expected, check)
     check_speculation(exe, expected, check)
     print(f"\n{len(failures)} failures")
