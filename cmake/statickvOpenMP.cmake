@@ -21,7 +21,11 @@ foreach(dir IN LISTS TORCH_INCLUDE_DIRS)
   endif()
 endforeach()
 
-if(statickv_torch_openmp)
+# LibTorch's OpenMP runtime is GCC's libgomp, and only GCC's OpenMP code
+# calls it: clang's calls libomp, a second runtime with its own thread pool
+# that at::set_num_threads would not govern. So with another compiler the
+# kernels stay on the calling thread (and the configure says so).
+if(statickv_torch_openmp AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   find_package(OpenMP COMPONENTS CXX)
   if(NOT OpenMP_CXX_FOUND)
     message(WARNING "LibTorch's CPU backend is OpenMP but this compiler has none: statickv's "
@@ -34,7 +38,7 @@ else()
   set(STATICKV_OPENMP OFF)
 endif()
 message(STATUS "statickv CPU kernels: LibTorch OpenMP backend ${statickv_torch_openmp}, "
-               "compiled with OpenMP ${STATICKV_OPENMP}")
+               "compiled with OpenMP ${STATICKV_OPENMP} (${CMAKE_CXX_COMPILER_ID})")
 
 # The flags, and the runtime by name (gomp with GCC), not FindOpenMP's
 # imported target: that names the compiler's libgomp.so by its full path,
