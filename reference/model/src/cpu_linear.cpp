@@ -244,7 +244,8 @@ LinearRoute linear_route(const std::vector<at::Tensor>& sample) {
     for (const at::Tensor& w : sample) {
       if (routable_weight(w)) weights.push_back(w);
     }
-    g_routes = measure_routes(weights.empty() ? synthetic_weights() : weights);
+    g_routes = measure_routes(weights.empty() ? synthetic_weights()
+                                              : first_bytes(weights, int64_t{64} << 20));
   });
   return g_routes.few;
 }

@@ -49,13 +49,13 @@ LlamaModel::LlamaModel(ModelConfig config, Weights weights, TpShard tp)
   load_rope();
   // Note [CPU projections]: the route is measured once per process, here
   // at load rather than inside a first decode step someone is timing, on
-  // the first layers' projections (up to 64 MiB) as a decode step reads them.
+  // the projections as a decode step reads them (linear_route takes the
+  // first 64 MiB).
   if (device_.is_cpu() && dtype_ == at::kFloat) {
     std::vector<at::Tensor> sample;
-    int64_t bytes = 0;
     for (const Layer& layer : layers_) {
       for (const at::Tensor& w : {layer.qkv, layer.o_proj, layer.gate_up, layer.down_proj}) {
-        if (w.defined() && bytes < (int64_t{64} << 20)) sample.push_back(w), bytes += w.nbytes();
+        if (w.defined()) sample.push_back(w);
       }
     }
     linear_route(sample);

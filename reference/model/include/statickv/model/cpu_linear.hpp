@@ -50,8 +50,9 @@ LinearRoute linear_route();
 
 /// linear_route(), measured (if it has not been yet) on passes through
 /// `sample`: a model's own projection weights, as a decode step reads
-/// them; the weights that do not route are left out, and with none left
-/// it measures a 64 MiB weight of its own.
+/// them; the weights that do not route are left out, the first of the rest
+/// up to 64 MiB are measured, and with none left it measures a 64 MiB
+/// weight of its own.
 LinearRoute linear_route(const std::vector<at::Tensor>& sample);
 
 /// The route this process measured faster for more than kStreamRows rows
