@@ -394,6 +394,90 @@ TEST_CASE("serving a random arrival trace gives each request what generating it 
   }
 }
 
+// ---------------------------------------------------------------------------
+// The token budget bounds what decoding rows wait for; a step in which more
+// rows prefill than decode keeps to the burst budget (docs/serving.md).
+
+namespace {
+
+Request budget_request(const std::string& id, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Request r;
+  r.id = id;
+  for (int i = 0; i < 12; ++i) r.prompt.push_back(8 + static_cast<int64_t>(rng() % 120));
+  r.max_new_tokens = 10;
+  r.stop = std::vector<int64_t>{};
+  return r;
+}
+
+/// Chunks of 8, a token budget of 8, 12-token prompts: one at step 0, a
+/// burst of four at step 1, a late one at step 5. Returns the real tokens
+/// each step fed and checks every request against generating it alone.
+std::vector<int64_t> tokens_per_step(int64_t burst_budget) {
+  at::set_num_threads(1);
+  const LlamaModel model = tiny_model("tiny");
+  SchedulerOptions options;
+  options.max_batch = 6;
+  options.max_len = kMaxLen;
+  options.prefill_chunk = 8;
+  options.token_budget = 8;
+  options.burst_budget = burst_budget;
+  options.bucketed = false;
+  Scheduler engine(model, options);
+  std::vector<Request> sent;
+  std::vector<int64_t> fed;
+  std::map<std::string, std::vector<int64_t>> got;
+  for (int64_t step = 0; step < 2 || !engine.idle(); ++step) {
+    for (int i = 0; i < (step == 0 || step == 5 ? 1 : step == 1 ? 4 : 0); ++i) {
+      sent.push_back(budget_request("r" + std::to_string(sent.size()), 11 + sent.size()));
+      engine.submit(sent.back());
+    }
+    const int64_t before = engine.stats().real_tokens;
+    engine.step();
+    fed.push_back(engine.stats().real_tokens - before);
+    for (Completion& c : engine.take_finished()) got[c.id] = c.tokens;
+  }
+  Alone alone(model, CacheKind::kStatic);
+  for (const Request& r : sent) CHECK(got.at(r.id) == alone.generate(r).tokens);
+  return fed;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a burst of prompts is fed whole while fewer rows decode, otherwise the token budget "
+    "bounds the step",
+    "[serving]") {
+  SECTION("default burst budget: max_batch x prefill_chunk") {
+    const std::vector<int64_t> fed = tokens_per_step(0);
+    REQUIRE(fed.size() > 9);
+    CHECK(fed[0] == 8);   // the first prompt's first chunk, no one decoding
+    CHECK(fed[1] == 36);  // its last 4 tokens and the burst's first chunks
+    CHECK(fed[2] == 17);  // one row decodes, four prefill: the burst's last 4 each
+    CHECK(fed[3] == 5);   // five rows decode
+    CHECK(fed[4] == 5);
+    // The late prompt arrives beside five decoding rows: 8 - 5 = 3 prompt
+    // tokens a step, four steps of 8.
+    for (size_t s = 5; s < 9; ++s) CHECK(fed[s] == 8);
+  }
+  SECTION("burst_budget = token_budget: one budget in every step") {
+    const std::vector<int64_t> fed = tokens_per_step(8);
+    REQUIRE(fed.size() > 2);
+    CHECK(fed[0] == 8);  // the first prompt's first chunk only
+    CHECK(fed[1] == 8);  // its last 4 tokens, then 4 of the second prompt
+    for (const int64_t n : fed) CHECK(n <= 8);
+  }
+  SECTION("a burst budget below max_batch is refused by name") {
+    SchedulerOptions options;
+    options.max_len = kMaxLen;
+    options.max_batch = 4;
+    options.burst_budget = 3;
+    const LlamaModel model = tiny_model("tiny");
+    statickv::test::require_error([&] { Scheduler engine(model, options); },
+                                  {"burst_budget", ">= max_batch=4", "got 3"});
+  }
+}
+
 TEST_CASE(
     "under speculative decoding each greedy request still gets what generating it alone "
     "gives",

@@ -136,7 +136,13 @@ void Scheduler::State::step() {
   }
   const size_t prefilling = t.prefilling();
   const int64_t decoding = static_cast<int64_t>(t.live() - prefilling);
-  const std::vector<int64_t> fed = allot(t, options.prefill_chunk, options.token_budget - decoding);
+  // The token budget bounds what decoding rows wait for; while fewer rows
+  // decode than wait on their prompt, the stall falls on the few and the
+  // step keeps to the burst budget (docs/serving.md, "Token budget").
+  const int64_t budget =
+      (decoding >= static_cast<int64_t>(prefilling) ? options.token_budget : options.burst_budget) -
+      decoding;
+  const std::vector<int64_t> fed = allot(t, options.prefill_chunk, budget);
   int64_t fed_rows = 0;  // one past the last prefilling row fed this step
   for (size_t r = 0; r < fed.size(); ++r)
     fed_rows = fed[r] > 0 ? static_cast<int64_t>(r) + 1 : fed_rows;

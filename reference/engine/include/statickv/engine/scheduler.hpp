@@ -103,9 +103,16 @@ struct SchedulerOptions : EngineSettings {
   /// Most prompt tokens one row prefills in a step (0 = min(64, max_len)).
   /// A hybrid cache's sliding rings grow by the bucket serving it.
   int64_t prefill_chunk = 0;
-  /// Most real tokens in one step, decode tokens first (0 = max_batch - 1 +
-  /// prefill_chunk: every decode row plus one full chunk). >= max_batch.
+  /// Most real tokens in a step in which at least as many rows decode as
+  /// prefill, decode tokens first (0 = max_batch - 1 + prefill_chunk: every
+  /// decode row plus one full chunk). >= max_batch. It bounds what a
+  /// decoding row waits for.
   int64_t token_budget = 0;
+  /// Most real tokens in a step in which more rows prefill than decode,
+  /// decode tokens first: its stall falls on the fewer rows (0 = max_batch
+  /// x prefill_chunk: every prefilling row its chunk; token_budget gives one
+  /// budget for every step). >= max_batch.
+  int64_t burst_budget = 0;
   /// Note [prefix cache], docs/serving.md: bytes of saved prefixes (row
   /// snapshots on the cache's device, LRU) a new request may start from.
   /// -1 (default): as many as the cache's own bytes, or off where it cannot
