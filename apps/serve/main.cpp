@@ -78,6 +78,7 @@ int serve_http(Scheduler& scheduler, const Options& o, std::shared_ptr<serve::Te
   }
   h.threads = static_cast<int>(o.http_threads);
   h.max_queue = o.max_queue;
+  h.gather = std::chrono::milliseconds(o.gather_ms);
   h.api_key = o.api_key;
   h.max_body_bytes = o.max_body_bytes;
   h.max_n = o.max_n > 0 ? o.max_n : o.max_batch;

@@ -29,6 +29,10 @@ void add_http_flags(flags::Flags& flags, Options* o) {
             "HTTP handler threads: requests served at once, streams included", /*min=*/1);
   flags.add("--max-queue N", &o->max_queue,
             "requests waiting for a cache row before new ones get 503 (Retry-After)", /*min=*/1);
+  flags.add("--gather-ms N", &o->gather_ms,
+            "an idle server's first request waits up to N ms for others arriving with it (each "
+            "within N/5 ms, at least 2, of the last) to start in the same step (0: none)",
+            /*min=*/0);
   flags.add("--api-key KEY", &o->api_key,
             "require 'Authorization: Bearer KEY' on /v1/ routes (401 otherwise)");
   flags.add("--max-body-bytes N", &o->max_body_bytes, "largest request body (413 past it)",
@@ -62,7 +66,7 @@ void parse_http_address(Options& o) {
 /// The --http flags need --http, and --http takes no --tp.
 void check_http_flags(const flags::Flags& flags, Options& o) {
   for (const char* name : {"--served-model-name", "--http-threads", "--max-queue", "--api-key",
-                           "--max-body-bytes", "--max-n", "--strict-fields"}) {
+                           "--max-body-bytes", "--max-n", "--strict-fields", "--gather-ms"}) {
     if (o.http.empty() && flags.given(name)) {
       throw flags::FlagError(std::string(name) +
                              ": expected --http with it (a JSON-lines server has no " +
@@ -109,10 +113,17 @@ void add_model_and_cache_flags(flags::Flags& flags, Options* o) {
             "the model's max_position_embeddings))",
             /*min=*/0);
   flags.add("--prefill-chunk N", &o->prefill_chunk,
-            "most prompt tokens a row prefills per step (default 0: 64)", /*min=*/0);
-  flags.add("--token-budget N", &o->token_budget,
-            "most tokens per step, decode first (default 0: max-batch - 1 + prefill chunk)",
+            "most prompt tokens a row prefills per step (default 0: 128 on the CPU, 64 on CUDA)",
             /*min=*/0);
+  flags.add("--token-budget N", &o->token_budget,
+            "most tokens in a step in which at least as many rows decode as prefill, decode "
+            "first (default 0: max-batch - 1 + prefill chunk)",
+            /*min=*/0);
+  flags.add(
+      "--burst-budget N", &o->burst_budget,
+      "most tokens in a step in which more rows prefill than decode, decode first (default 0: "
+      "max-batch x prefill chunk; pass the token budget for one budget in every step)",
+      /*min=*/0);
   flags.add("--prefix-cache-bytes N", &o->prefix_cache_bytes,
             "bytes of saved prefixes new requests start from (docs/serving.md, prefix cache; "
             "default -1: the cache's own bytes, off with --kv-dtype int8/fp8 or a draft model)",
@@ -216,6 +227,35 @@ bool bucketed(const Options& o) {
   return !o.eager && !flags::parse_device(o.device).is_cpu();
 }
 
+/// --prefill-chunk's default: 128 on the CPU, whose GEMMs gain from more
+/// rows per prefill call (docs/serving.md, "Token budget"), 64 elsewhere.
+int64_t default_chunk(const Options& o) {
+  return flags::parse_device(o.device).is_cpu() ? 128 : 64;
+}
+
+/// --prefill-chunk, --token-budget and --burst-budget, checked against
+/// --max-len and --max-batch (s.max_len set); returns the chunk in force.
+int64_t set_step_budgets(const Options& o, SchedulerOptions& s) {
+  if (o.prefill_chunk > s.max_len) {
+    throw flags::FlagError(fmt::format("--prefill-chunk: expected at most --max-len={} but got {}",
+                                       s.max_len, o.prefill_chunk));
+  }
+  const int64_t chunk =
+      std::min<int64_t>(o.prefill_chunk > 0 ? o.prefill_chunk : default_chunk(o), s.max_len);
+  s.prefill_chunk = chunk;
+  for (const auto& [name, budget] :
+       {std::pair{"--token-budget", o.token_budget}, std::pair{"--burst-budget", o.burst_budget}}) {
+    if (budget > 0 && budget < o.max_batch) {
+      throw flags::FlagError(
+          fmt::format("{}: expected 0 or at least --max-batch={} (every decode row) but got {}",
+                      name, o.max_batch, budget));
+    }
+  }
+  s.token_budget = o.token_budget > 0 ? o.token_budget : o.max_batch - 1 + chunk;
+  s.burst_budget = o.burst_budget > 0 ? o.burst_budget : o.max_batch * chunk;
+  return chunk;
+}
+
 }  // namespace
 
 SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) {
@@ -239,18 +279,7 @@ SchedulerOptions scheduler_options(const Options& o, const ModelConfig& config) 
   apps::check_offload_flags(o.offload, o.kv_dtype, "plain", o.cache);
   s.kv_storage = apps::parse_kv_storage(o.kv_dtype);
   s.host_offload = o.offload;
-  s.prefill_chunk = o.prefill_chunk;
-  if (o.prefill_chunk > s.max_len) {
-    throw flags::FlagError(fmt::format("--prefill-chunk: expected at most --max-len={} but got {}",
-                                       s.max_len, o.prefill_chunk));
-  }
-  const int64_t chunk = std::min<int64_t>(o.prefill_chunk > 0 ? o.prefill_chunk : 64, s.max_len);
-  if (o.token_budget > 0 && o.token_budget < o.max_batch) {
-    throw flags::FlagError(fmt::format(
-        "--token-budget: expected 0 or at least --max-batch={} (every decode row) but got {}",
-        o.max_batch, o.token_budget));
-  }
-  s.token_budget = o.token_budget > 0 ? o.token_budget : o.max_batch - 1 + chunk;
+  const int64_t chunk = set_step_budgets(o, s);
   s.bucketed = bucketed(o);
   s.speculate = o.spec.speculate;
   s.prefix_cache_bytes = o.no_prefix_cache ? 0 : o.prefix_cache_bytes;

@@ -15,9 +15,11 @@ namespace statickv::serve {
 struct Options {
   std::string checkpoint, shape = "tiny", device = "auto", dtype, cache, tokenizer, kv_dtype;
   int64_t max_batch = 8, max_len = 0, prefill_chunk = 0, token_budget = 0, seed = 0;
+  int64_t burst_budget = 0;
   int64_t prefix_cache_bytes = -1;
   bool no_prefix_cache = false;
   int threads = 0;
+  int64_t gather_ms = 10;    // --gather-ms (--http)
   bool fit_threads = false;  // --fit-threads: CpuThreads before each step
   bool eager = false;        // --eager: exact shapes (the CPU's default)
   bool buckets = false;      // --buckets: the GraphRunner on the CPU too

@@ -221,6 +221,8 @@ CASES = [
      ["--cache: expected hybrid", "got static"]),
     ("statickv-serve", ["--max-batch", "4", "--token-budget", "2"],
      ["--token-budget: expected 0 or at least --max-batch=4", "got 2"]),
+    ("statickv-serve", ["--max-batch", "4", "--burst-budget", "3"],
+     ["--burst-budget: expected 0 or at least --max-batch=4", "got 3"]),
     ("statickv-serve", ["--max-len", "128", "--prefill-chunk", "500"],
      ["--prefill-chunk: expected at most --max-len=128 but got 500"]),
     ("statickv-serve", ["--prefill-chunk", "-1"], ["--prefill-chunk: expected an integer >= 0"]),

@@ -36,7 +36,9 @@ SIGTERM, which must end it with exit status 0. Requires:
  7. with --smollm2 DIR (a SmolLM2-135M-Instruct save_pretrained directory):
     a multi-turn chat's prompt ids equal transformers' apply_chat_template and
     its greedy tokens equal transformers' generate (fp32, 12 new tokens).
-    Without --smollm2 that part is skipped, with a note.
+    Without --smollm2 that part is skipped, with a note;
+ 8. --gather-ms: four streams sent together to an idle server start in one
+    step (the step count in /metrics), each with its tokens alone.
 """
 
 import http.client
@@ -777,6 +779,36 @@ def check_bad_generation_config(c, exe, tiny, work):
       f"{err!r}")
 
 
+def check_gather(c, port, ref, alone):
+    """Four streams sent together to an idle server start in one step: the
+    longest (11 tokens) ends at step 11, not later."""
+    keys = ["load0", "load1", "load2", "load3"]
+    out, barrier = {}, threading.Barrier(len(keys))
+    threads = [threading.Thread(target=load_client, args=(port, *ref[k], barrier, out, k),
+                                daemon=True) for k in keys]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    same = [k for k in keys if out.get(k, ("lost",))[0] == 200
+            and summary(out[k][2])[1] == alone[k]]
+    steps = metrics(port).get("statickv_step_seconds_count", 0)
+    longest = max(ref[k][1] for k in keys)
+    c(len(same) == len(keys) and steps == longest,
+      f"--gather-ms: {len(keys)} streams sent together to an idle server prefill in one step: "
+      f"{steps} steps for a longest answer of {longest} tokens; {len(same)} equal alone")
+
+
+def serve_gathered(c, exe, tiny, ref, alone):
+    # A 5 s window: arrivals within 1 s of each other join the first step.
+    server = Server(exe, ["--checkpoint", str(tiny), *COMMON, "--max-batch", "4",
+                          "--gather-ms", "5000"])
+    try:
+        c.run("gather", check_gather, c, server.port, ref, alone)
+    finally:
+        server.stop()
+
+
 def serve_with_key(c, exe, tiny, ref, alone):
     server = Server(exe, ["--checkpoint", str(tiny), *COMMON, "--max-batch", "8",
                           "--served-model-name", NAME, "--api-key", "sk-test"])
@@ -799,6 +831,7 @@ def main():
     alone = json_lines(exe, work / "tiny", ref)
     serve_tiny(c, exe, work / "tiny", tok, hf_tok, ref, alone)
     serve_with_key(c, exe, work / "tiny", ref, alone)
+    serve_gathered(c, exe, work / "tiny", ref, alone)
     c.run("--tp", check_tp_refused, c, exe)
     c.run("generation_config.json", check_bad_generation_config, c, exe, work / "tiny", work)
     if smollm2:

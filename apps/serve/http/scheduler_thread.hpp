@@ -83,8 +83,10 @@ struct Submission {
 class SchedulerThread {
  public:
   /// `text` may be null (no tokenizer: pieces carry ids and empty text).
+  /// `gather`: how long an idle server's first arrival may wait for others
+  /// (gather(); 0: none).
   SchedulerThread(reference::Scheduler& scheduler, std::shared_ptr<TextTools> text,
-                  Metrics& metrics, int64_t max_queue);
+                  Metrics& metrics, int64_t max_queue, std::chrono::milliseconds gather);
 
   /// Any thread: queues a submission (ApiError 503 past --max-queue).
   void submit(Submission submission);
@@ -112,6 +114,7 @@ class SchedulerThread {
     std::string sendable(const std::string& piece, bool last);
   };
 
+  void gather();
   void take_inbox();
   void admit(Submission submission);
   void on_token(const std::string& id, int64_t token);
@@ -125,6 +128,7 @@ class SchedulerThread {
   std::shared_ptr<TextTools> text_;
   Metrics& metrics_;
   int64_t max_queue_;
+  std::chrono::milliseconds gather_;
 
   std::mutex mutex_;  // the inbox and the stop request
   std::condition_variable wake_;

@@ -335,7 +335,7 @@ int serve_http(reference::Scheduler& scheduler, std::shared_ptr<TextTools> text,
                const HttpOptions& options) {
   install_signal_handlers();
   Metrics metrics;
-  SchedulerThread loop(scheduler, text, metrics, options.max_queue);
+  SchedulerThread loop(scheduler, text, metrics, options.max_queue, options.gather);
   Front front(loop, std::move(text), options, scheduler.options().max_len, metrics);
   httplib::Server svr;
   svr.new_task_queue = [n = options.threads] {

@@ -22,6 +22,9 @@ struct HttpOptions {
   std::string served_model;
   int threads = 128;
   int64_t max_queue = 64;
+  /// An idle server's first arrival waits up to this long for others to
+  /// start with it (SchedulerThread::gather).
+  std::chrono::milliseconds gather{10};
   std::string api_key;  ///< empty: no key asked
   int64_t max_body_bytes = 1 << 20;
   int64_t max_n = 1;           ///< most choices per request (400 past it)
