@@ -8,7 +8,7 @@ usage: serve_load.py --checkpoint DIR --serve BUILD/apps/statickv-serve
                      [--llama-server BIN --gguf FILE] [--aiperf BIN] [--workdir DIR]
                      [--concurrency 1,4,16]
                      [--requests N] [--rounds 1] [--prompt-tokens 96] [--max-tokens 32]
-                     [--threads 2] [--max-batch 16] [--max-len 512] [--prefill-chunk 256]
+                     [--threads 2] [--max-batch 16] [--max-len 512] [--prefill-chunk 0]
                      [--json OUT] [--strict]
 
 The workload, the same for every server and level: --requests (default 2 x
@@ -55,7 +55,8 @@ the whole run: every server and level shares that core with it, the busy
 machine of a server beside its load generator or another tenant.
 
 --rounds N repeats every level N times, the servers interleaved within each
-round; the table shows each server's median round (by tokens/s) and the
+round, each round starting one server later in --servers' order (so no
+server always runs first); the table shows each server's median round (by tokens/s) and the
 ratios per round (statickv against each other server, each statickv variant
 against each llama arm, aiperf against aiperf-llama), their median with min
 and max.
@@ -505,7 +506,7 @@ def parse_args():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-batch", type=int, default=16)
     p.add_argument("--max-len", type=int, default=512)
-    p.add_argument("--prefill-chunk", type=int, default=256)
+    p.add_argument("--prefill-chunk", type=int, default=0)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="fp32")
     p.add_argument("--start-timeout", type=float, default=180.0)
@@ -595,8 +596,9 @@ def run_levels(args):
         count = args.requests or max(8, 2 * concurrency)
         prompts = build_prompts(args.checkpoint, count, args.prompt_tokens)
         rounds = {name: [] for name in args.servers}
-        for _ in range(args.rounds):  # servers interleaved, round after round
-            for name in args.servers:
+        for r in range(args.rounds):  # servers interleaved, round after round,
+            shift = r % len(args.servers)  # each round starting one server later
+            for name in args.servers[shift:] + args.servers[:shift]:
                 if name.startswith("aiperf"):
                     rounds[name].append(run_aiperf(args, name, concurrency, prompts))
                     continue
