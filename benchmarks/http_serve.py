@@ -626,7 +626,8 @@ def parse_args():
     parser.add_argument("--max-batch", type=int, default=8, help="statickv rows (and CB's cache)")
     parser.add_argument("--max-len", type=int, default=1024, help="statickv row length")
     parser.add_argument("--prefill-chunk", type=int, default=0,
-                        help="statickv's prompt tokens per row per step (0: its default, 64)")
+                        help="statickv's prompt tokens per row per step "
+                             "(0: its default, 128 on the CPU and 64 on CUDA)")
     parser.add_argument("--transformers-modes", default="continuous,sequential",
                         help="transformers serve runs: continuous and/or sequential")
     parser.add_argument("--skip-transformers", action="store_true")

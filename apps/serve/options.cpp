@@ -74,6 +74,10 @@ void check_http_flags(const flags::Flags& flags, Options& o) {
     }
   }
   if (o.http.empty()) return;
+  if (o.gather_ms > 60000) {
+    throw flags::FlagError(
+        fmt::format("--gather-ms: expected at most 60000 (a minute) but got {}", o.gather_ms));
+  }
   if (o.tp.tp > 1) {
     throw flags::FlagError(
         fmt::format("--http: expected no --tp with --http (rank 0 does not forward "
@@ -122,7 +126,8 @@ void add_model_and_cache_flags(flags::Flags& flags, Options* o) {
   flags.add(
       "--burst-budget N", &o->burst_budget,
       "most tokens in a step in which more rows prefill than decode, decode first (default 0: "
-      "max-batch x prefill chunk; pass the token budget for one budget in every step)",
+      "the larger of the token budget and max-batch x prefill chunk; at least the token budget, "
+      "which gives one budget for every step)",
       /*min=*/0);
   flags.add("--prefix-cache-bytes N", &o->prefix_cache_bytes,
             "bytes of saved prefixes new requests start from (docs/serving.md, prefix cache; "
@@ -252,7 +257,14 @@ int64_t set_step_budgets(const Options& o, SchedulerOptions& s) {
     }
   }
   s.token_budget = o.token_budget > 0 ? o.token_budget : o.max_batch - 1 + chunk;
-  s.burst_budget = o.burst_budget > 0 ? o.burst_budget : o.max_batch * chunk;
+  s.burst_budget =
+      o.burst_budget > 0 ? o.burst_budget : std::max(s.token_budget, o.max_batch * chunk);
+  if (s.burst_budget < s.token_budget) {
+    throw flags::FlagError(fmt::format(
+        "--burst-budget: expected 0 or at least the token budget, {} (a burst's step is never "
+        "smaller than another) but got {}",
+        s.token_budget, s.burst_budget));
+  }
   return chunk;
 }
 

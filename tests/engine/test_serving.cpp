@@ -410,10 +410,10 @@ Request budget_request(const std::string& id, uint64_t seed) {
   return r;
 }
 
-/// Chunks of 8, a token budget of 8, 12-token prompts: one at step 0, a
-/// burst of four at step 1, a late one at step 5. Returns the real tokens
-/// each step fed and checks every request against generating it alone.
-std::vector<int64_t> tokens_per_step(int64_t burst_budget) {
+/// Chunks of 8, a token budget of 8, 12-token prompts arriving as
+/// `arrivals` says (step -> how many). Returns the real tokens each step fed
+/// and checks every request against generating it alone.
+std::vector<int64_t> tokens_per_step(int64_t burst_budget, std::map<int64_t, int> arrivals) {
   at::set_num_threads(1);
   const LlamaModel model = tiny_model("tiny");
   SchedulerOptions options;
@@ -427,8 +427,8 @@ std::vector<int64_t> tokens_per_step(int64_t burst_budget) {
   std::vector<Request> sent;
   std::vector<int64_t> fed;
   std::map<std::string, std::vector<int64_t>> got;
-  for (int64_t step = 0; step < 2 || !engine.idle(); ++step) {
-    for (int i = 0; i < (step == 0 || step == 5 ? 1 : step == 1 ? 4 : 0); ++i) {
+  for (int64_t step = 0; step <= arrivals.rbegin()->first || !engine.idle(); ++step) {
+    for (int i = 0; i < (arrivals.count(step) ? arrivals.at(step) : 0); ++i) {
       sent.push_back(budget_request("r" + std::to_string(sent.size()), 11 + sent.size()));
       engine.submit(sent.back());
     }
@@ -448,8 +448,10 @@ TEST_CASE(
     "a burst of prompts is fed whole while fewer rows decode, otherwise the token budget "
     "bounds the step",
     "[serving]") {
+  // One prompt at step 0, a burst of four at step 1, a late one at step 5.
+  const std::map<int64_t, int> burst = {{0, 1}, {1, 4}, {5, 1}};
   SECTION("default burst budget: max_batch x prefill_chunk") {
-    const std::vector<int64_t> fed = tokens_per_step(0);
+    const std::vector<int64_t> fed = tokens_per_step(0, burst);
     REQUIRE(fed.size() > 9);
     CHECK(fed[0] == 8);   // the first prompt's first chunk, no one decoding
     CHECK(fed[1] == 36);  // its last 4 tokens and the burst's first chunks
@@ -461,20 +463,29 @@ TEST_CASE(
     for (size_t s = 5; s < 9; ++s) CHECK(fed[s] == 8);
   }
   SECTION("burst_budget = token_budget: one budget in every step") {
-    const std::vector<int64_t> fed = tokens_per_step(8);
+    const std::vector<int64_t> fed = tokens_per_step(8, burst);
     REQUIRE(fed.size() > 2);
     CHECK(fed[0] == 8);  // the first prompt's first chunk only
     CHECK(fed[1] == 8);  // its last 4 tokens, then 4 of the second prompt
     for (const int64_t n : fed) CHECK(n <= 8);
   }
-  SECTION("a burst budget below max_batch is refused by name") {
+  SECTION("as many rows decoding as prefilling is not a burst") {
+    const std::vector<int64_t> fed = tokens_per_step(0, {{0, 1}, {2, 1}});
+    REQUIRE(fed.size() > 3);
+    CHECK(fed[0] == 8);
+    CHECK(fed[1] == 4);  // no row decodes: the first prompt's last 4 tokens
+    CHECK(fed[2] == 8);  // one decodes, one prefills: 1 + 7 under the token budget
+    CHECK(fed[3] == 6);  // 1 + the second prompt's last 5
+  }
+  SECTION("a burst budget below the token budget is refused by name") {
     SchedulerOptions options;
     options.max_len = kMaxLen;
     options.max_batch = 4;
-    options.burst_budget = 3;
+    options.token_budget = 20;
+    options.burst_budget = 10;
     const LlamaModel model = tiny_model("tiny");
     statickv::test::require_error([&] { Scheduler engine(model, options); },
-                                  {"burst_budget", ">= max_batch=4", "got 3"});
+                                  {"burst_budget", ">= token_budget=20", "got 10"});
   }
 }
 

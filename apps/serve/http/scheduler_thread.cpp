@@ -134,13 +134,20 @@ void SchedulerThread::gather() {
   // No arrival for a fifth of the window (2 ms by default): the burst is in.
   const auto quiet = std::max(std::chrono::milliseconds(2), gather_ / 5);
   const auto deadline = Clock::now() + gather_;
-  const auto rows = static_cast<size_t>(scheduler_.options().max_batch);
+  // Every row taken, or as many waiting as submit() takes before its 503.
+  const int64_t enough = std::min(scheduler_.options().max_batch, max_queue_);
   std::unique_lock<std::mutex> lock(mutex_);
-  size_t seen = inbox_.size();
-  while (seen > 0 && seen < rows && Clock::now() < deadline) {
-    const auto wait = std::min<Clock::duration>(quiet, deadline - Clock::now());
-    if (!wake_.wait_for(lock, wait, [&] { return inbox_.size() != seen; })) return;
-    seen = inbox_.size();
+  const auto choices = [&] {
+    int64_t n = 0;
+    for (const Submission& s : inbox_) n += static_cast<int64_t>(s.choices.size());
+    return n;
+  };
+  for (int64_t seen = choices(); seen > 0 && seen < enough && !drained_;) {
+    const auto now = Clock::now();
+    if (now >= deadline) return;
+    const auto wait = std::min<Clock::duration>(quiet, deadline - now);
+    if (!wake_.wait_for(lock, wait, [&] { return choices() != seen || drained_; })) return;
+    seen = choices();
   }
 }
 

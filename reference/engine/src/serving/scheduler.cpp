@@ -63,9 +63,10 @@ SchedulerOptions resolved(SchedulerOptions o) {
   if (o.token_budget == 0) o.token_budget = o.max_batch - 1 + chunk;
   TORCH_CHECK(o.token_budget >= o.max_batch, "token_budget: expected >= max_batch=", o.max_batch,
               " (every decode row and one prompt token) or 0 but got ", o.token_budget);
-  if (o.burst_budget == 0) o.burst_budget = o.max_batch * chunk;
-  TORCH_CHECK(o.burst_budget >= o.max_batch, "burst_budget: expected >= max_batch=", o.max_batch,
-              " (every decode row and one prompt token) or 0 but got ", o.burst_budget);
+  if (o.burst_budget == 0) o.burst_budget = std::max(o.token_budget, o.max_batch * chunk);
+  TORCH_CHECK(o.burst_budget >= o.token_budget,
+              "burst_budget: expected >= token_budget=", o.token_budget,
+              " (a burst's step is never smaller than another) or 0 but got ", o.burst_budget);
   check_prefix_options(o);
   return o;
 }

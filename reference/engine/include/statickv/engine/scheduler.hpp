@@ -94,7 +94,7 @@ struct Completion {
 /// decode-only bucket). Under speculation every decoding row verifies its
 /// drafts in one call of speculate + 1 query tokens per row, which must fit
 /// the cache's max_chunk (the bucket serving prefill_chunk); drafts do not
-/// count against token_budget. A draft model's hybrid cache mirrors every
+/// count against token_budget or burst_budget. A draft model's hybrid cache mirrors every
 /// admission, prefill, move, reset and rollback of the target's rows, and
 /// each step drafts `speculate` tokens per decoding row in as many calls.
 struct SchedulerOptions : EngineSettings {
@@ -109,9 +109,9 @@ struct SchedulerOptions : EngineSettings {
   /// decoding row waits for.
   int64_t token_budget = 0;
   /// Most real tokens in a step in which more rows prefill than decode,
-  /// decode tokens first: its stall falls on the fewer rows (0 = max_batch
-  /// x prefill_chunk: every prefilling row its chunk; token_budget gives one
-  /// budget for every step). >= max_batch.
+  /// decode tokens first: its stall falls on the fewer rows (0 =
+  /// max(token_budget, max_batch x prefill_chunk): every prefilling row its
+  /// chunk; token_budget gives one budget for every step). >= token_budget.
   int64_t burst_budget = 0;
   /// Note [prefix cache], docs/serving.md: bytes of saved prefixes (row
   /// snapshots on the cache's device, LRU) a new request may start from.
