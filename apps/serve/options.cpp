@@ -239,15 +239,14 @@ int64_t default_chunk(const Options& o) {
 }
 
 /// --prefill-chunk, --token-budget and --burst-budget, checked against
-/// --max-len and --max-batch (s.max_len set); returns the chunk in force.
+/// --max-len and --max-batch (s.max_len set) under the flags' names, their
+/// defaults the Scheduler's (resolve_step_budgets) but for the chunk's on
+/// the CPU; returns the chunk in force.
 int64_t set_step_budgets(const Options& o, SchedulerOptions& s) {
   if (o.prefill_chunk > s.max_len) {
     throw flags::FlagError(fmt::format("--prefill-chunk: expected at most --max-len={} but got {}",
                                        s.max_len, o.prefill_chunk));
   }
-  const int64_t chunk =
-      std::min<int64_t>(o.prefill_chunk > 0 ? o.prefill_chunk : default_chunk(o), s.max_len);
-  s.prefill_chunk = chunk;
   for (const auto& [name, budget] :
        {std::pair{"--token-budget", o.token_budget}, std::pair{"--burst-budget", o.burst_budget}}) {
     if (budget > 0 && budget < o.max_batch) {
@@ -256,16 +255,17 @@ int64_t set_step_budgets(const Options& o, SchedulerOptions& s) {
                       name, o.max_batch, budget));
     }
   }
-  s.token_budget = o.token_budget > 0 ? o.token_budget : o.max_batch - 1 + chunk;
-  s.burst_budget =
-      o.burst_budget > 0 ? o.burst_budget : std::max(s.token_budget, o.max_batch * chunk);
+  s.prefill_chunk = o.prefill_chunk > 0 ? o.prefill_chunk : default_chunk(o);
+  s.token_budget = o.token_budget;
+  s.burst_budget = o.burst_budget;
+  reference::resolve_step_budgets(s);
   if (s.burst_budget < s.token_budget) {
     throw flags::FlagError(fmt::format(
         "--burst-budget: expected 0 or at least the token budget, {} (a burst's step is never "
         "smaller than another) but got {}",
         s.token_budget, s.burst_budget));
   }
-  return chunk;
+  return s.prefill_chunk;
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
+#include <chrono>
 #include <map>
 #include <random>
 #include <set>
@@ -486,6 +487,55 @@ TEST_CASE(
     const LlamaModel model = tiny_model("tiny");
     statickv::test::require_error([&] { Scheduler engine(model, options); },
                                   {"burst_budget", ">= token_budget=20", "got 10"});
+  }
+}
+
+TEST_CASE("the step budgets' defaults follow the chunk, the batch and the token budget",
+          "[serving]") {
+  SchedulerOptions o;
+  o.max_batch = 4;
+  o.max_len = 100;
+  resolve_step_budgets(o);
+  CHECK(o.prefill_chunk == 64);
+  CHECK(o.token_budget == 3 + 64);  // every decode row but one, and a chunk
+  CHECK(o.burst_budget == 4 * 64);  // every row its chunk
+  SchedulerOptions shorter;
+  shorter.max_batch = 4;
+  shorter.max_len = 40;
+  shorter.token_budget = 300;
+  resolve_step_budgets(shorter);
+  CHECK(shorter.prefill_chunk == 40);  // at most max_len
+  CHECK(shorter.token_budget == 300);
+  CHECK(shorter.burst_budget == 300);  // never below the token budget
+}
+
+TEST_CASE(
+    "queue and first-token times are never negative: an arrival ahead of submit() is "
+    "submit()'s",
+    "[serving]") {
+  at::set_num_threads(1);
+  const LlamaModel model = tiny_model("tiny");
+  SchedulerOptions options;
+  options.max_batch = 2;
+  options.max_len = kMaxLen;
+  options.bucketed = false;
+  Scheduler engine(model, options);
+  Request ahead = budget_request("ahead", 3);
+  ahead.arrival = ServeClock::now() + std::chrono::hours(1);  // another clock's time
+  engine.submit(ahead);
+  engine.submit(budget_request("plain", 4));
+  std::vector<Completion> done;
+  for (int step = 0; step < 100 && !engine.idle(); ++step) {
+    engine.step();
+    for (Completion& c : engine.take_finished()) done.push_back(std::move(c));
+  }
+  REQUIRE(done.size() == 2);
+  for (const Completion& c : done) {
+    INFO(c.id);
+    CHECK(c.stats.queue_seconds >= 0);
+    CHECK(c.stats.ttft_seconds > 0);
+    CHECK(c.stats.ttft_seconds <= c.stats.total_seconds);
+    CHECK(c.stats.total_seconds < 60);
   }
 }
 

@@ -33,6 +33,10 @@ class Input {
   virtual Turn poll() = 0;
   /// At most one line: the first to arrive before `until_s`, or none.
   virtual Turn wait_until(double until_s) = 0;
+  /// This process's time at a turn's now_s = 0: the one clock arrivals are
+  /// read against (a second origin taken later would put them ahead of
+  /// their admission).
+  virtual reference::ServeClock::time_point origin() const = 0;
 };
 
 class LocalInput final : public Input {
@@ -53,6 +57,7 @@ class LocalInput final : public Input {
     if (auto line = reader_.wait_until(until)) turn.lines.push_back(std::move(*line));
     return finish(std::move(turn));
   }
+  reference::ServeClock::time_point origin() const override { return start_; }
 
  private:
   Turn finish(Turn turn) {
@@ -78,6 +83,8 @@ class SharedInput final : public Input {
     if (comm_->rank() != 0) return share({});
     return share(local_->wait_until(std::min(until_s, local_->now_s() + max_wait_s_)));
   }
+  /// Each rank's own clock, started at construction like rank 0's.
+  reference::ServeClock::time_point origin() const override { return local_->origin(); }
 
  private:
   Turn share(Turn turn) {

@@ -13,7 +13,7 @@ namespace statickv::serve {
 using reference::ServeClock;
 
 void Server::run(Input& in) {
-  start_ = ServeClock::now();
+  start_ = in.origin();
   while (true) {
     Turn turn = in.poll();
     for (const std::string& line : turn.lines) handle(line, turn.now_s);

@@ -39,7 +39,7 @@ class Server {
   reference::Scheduler& scheduler_;
   std::shared_ptr<TextTools> text_;
   std::ostream& out_;
-  reference::ServeClock::time_point start_;
+  reference::ServeClock::time_point start_;    // the input's origin (Input::origin)
   std::multimap<double, Message> held_;        // arrival_s -> not yet due
   std::map<std::string, nlohmann::json> ids_;  // engine id -> the client's id
 };

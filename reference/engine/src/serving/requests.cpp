@@ -10,6 +10,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace statickv::reference {
@@ -102,7 +103,10 @@ Active checked_request(Request request, const ModelConfig& model, int64_t max_le
   STATICKV_CHECK_FIELD(
       s.min_tokens == 0 || static_cast<int64_t>(active.stop.size()) <= head.max_stop, "stop",
       "expected at most ", head.max_stop, " ids with min_tokens > 0 but got ", active.stop.size());
-  active.arrival = request.arrival.value_or(ServeClock::now());
+  // An arrival ahead of now (another clock's) counts as now: a queue or
+  // first-token time is never negative.
+  const auto now = ServeClock::now();
+  active.arrival = std::min(request.arrival.value_or(now), now);
   active.request = std::move(request);
   return active;
 }

@@ -52,18 +52,16 @@ SchedulerOptions resolved(SchedulerOptions o) {
   TORCH_CHECK(o.max_len >= 2, "max_len: expected >= 2 but got ", o.max_len);
   TORCH_CHECK(o.prefill_chunk >= 0, "prefill_chunk: expected >= 0 (0 = default) but got ",
               o.prefill_chunk);
-  const int64_t chunk = std::min(o.prefill_chunk > 0 ? o.prefill_chunk : 64, o.max_len);
-  o.prefill_chunk = chunk;
+  resolve_step_budgets(o);
+  const int64_t chunk = o.prefill_chunk;
   if (!o.prompt_buckets) o.prompt_buckets = ShapeBuckets::powers_of_two(chunk);
   TORCH_CHECK(o.prompt_buckets->max() >= chunk,
               "prompt_buckets: expected a largest bucket >= ", chunk,
               " (the prefill chunk) but got ", o.prompt_buckets->max());
   TORCH_CHECK(o.speculate >= 0, "speculate: expected >= 0 (0 = off) but got ", o.speculate);
   TORCH_CHECK(o.lookup_ngram >= 1, "lookup_ngram: expected >= 1 but got ", o.lookup_ngram);
-  if (o.token_budget == 0) o.token_budget = o.max_batch - 1 + chunk;
   TORCH_CHECK(o.token_budget >= o.max_batch, "token_budget: expected >= max_batch=", o.max_batch,
               " (every decode row and one prompt token) or 0 but got ", o.token_budget);
-  if (o.burst_budget == 0) o.burst_budget = std::max(o.token_budget, o.max_batch * chunk);
   TORCH_CHECK(o.burst_budget >= o.token_budget,
               "burst_budget: expected >= token_budget=", o.token_budget,
               " (a burst's step is never smaller than another) or 0 but got ", o.burst_budget);
@@ -72,6 +70,14 @@ SchedulerOptions resolved(SchedulerOptions o) {
 }
 
 }  // namespace
+
+void resolve_step_budgets(SchedulerOptions& o) {
+  o.prefill_chunk = std::min<int64_t>(o.prefill_chunk > 0 ? o.prefill_chunk : 64, o.max_len);
+  if (o.token_budget == 0) o.token_budget = o.max_batch - 1 + o.prefill_chunk;
+  if (o.burst_budget == 0) {
+    o.burst_budget = std::max(o.token_budget, o.max_batch * o.prefill_chunk);
+  }
+}
 
 Scheduler::State::State(const LlamaModel& target, SchedulerOptions requested)
     : model(target), options(resolved(std::move(requested))) {

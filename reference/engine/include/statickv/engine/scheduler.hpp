@@ -54,8 +54,8 @@ struct Request {
   /// Tokens that end the request (kept in its tokens); nullopt: the
   /// model's eos ids. An empty list: no stop token.
   std::optional<std::vector<int64_t>> stop;
-  /// When the request arrived (queue time counts from here); nullopt: when
-  /// submit() is called.
+  /// When the request arrived (queue time counts from here); nullopt, or a
+  /// time after submit()'s call: that call.
   std::optional<ServeClock::time_point> arrival;
   /// Called on the engine's thread with each token as it is produced.
   std::function<void(const std::string& id, int64_t token)> on_token;
@@ -127,6 +127,12 @@ struct SchedulerOptions : EngineSettings {
   /// construction (CpuThreads, Note [threads beside a co-tenant]).
   bool fit_threads = false;
 };
+
+/// Fills prefill_chunk, token_budget and burst_budget where 0 with their
+/// defaults (above), the chunk at most max_len; checks nothing. The
+/// Scheduler resolves its options with it, and so does a front end that
+/// checks the same fields under its own names (statickv-serve's flags).
+void resolve_step_budgets(SchedulerOptions& o);
 
 struct SchedulerStats {
   int64_t max_batch = 0;
