@@ -158,6 +158,14 @@ class Cache {
   /// seq_length on the host: between steps only.
   RowState save_row(int64_t row) const;
 
+  /// save_row() of a row whose seq_length the caller knows (`length`, not
+  /// read back: no sync) into tensors on `device`. On the cache's own
+  /// device it is device copies only, for a pool of saved rows that
+  /// restore_row takes as they are. A CPU cache with check_position_values checks
+  /// `length` against the row's; elsewhere a wrong length saves a wrong
+  /// state, as a wrong rollback() length would.
+  RowState save_row(int64_t row, int64_t length, const at::Device& device) const;
+
   /// Makes row `row` exactly the saved row: the rest of the row is cleared
   /// as reset_rows clears it (Note [a reset row is a fresh row]), then the
   /// saved slots are copied in. `state` must be on the cache's device

@@ -42,6 +42,14 @@ struct RowState {
 
 namespace detail {
 
+/// A copy of `t` on `device` in `dtype` (save_row): where `t` already is, a
+/// copy on its device with no device argument, so nothing goes through the
+/// host.
+inline at::Tensor copy_to(const at::Tensor& t, const at::Device& device, at::ScalarType dtype) {
+  if (t.device() == device) return t.to(dtype, /*non_blocking=*/false, /*copy=*/true);
+  return t.to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
+}
+
 /// Slots a layer of `config` keeps in a RowState of `length` positions.
 inline int64_t row_state_slots(const CacheConfig& config, int64_t layer, int64_t length) {
   return config.layer_type(layer) == LayerType::kFull ? length : config.sliding_capacity();

@@ -112,6 +112,41 @@ TEST_CASE("save_row returns host copies that later steps do not change", "[cache
   CHECK(at::equal(saved.positions[1], arange_positions(0, 5)));
 }
 
+TEST_CASE(
+    "save_row at a known length onto the cache's device equals the host save and reads "
+    "nothing back",
+    "[cache][row_state]") {
+  HybridCache cache(ConfigBuilder().max_batch(2).max_len(32).hybrid(4, 4));
+  prefill_row(cache, 1, 9, 3);  // wraps the ring (capacity 7)
+  const RowState host = cache.save_row(1);
+  RowState here;
+  {
+    OpCounter ops;
+    here = cache.save_row(1, 9, cache.config().device);
+    CHECK(ops.syncs() == 0);
+    CHECK(ops.host_copies() == 0);
+  }
+  {
+    OpCounter ops;
+    (void)cache.save_row(1);  // the host form reads the length back
+    CHECK(ops.syncs() == 1);
+  }
+  REQUIRE(here.length == 9);
+  REQUIRE(here.keys.size() == host.keys.size());
+  CHECK(here.types == host.types);
+  for (size_t l = 0; l < here.keys.size(); ++l) {
+    CHECK(bit_identical(here.keys[l], host.keys[l]));
+    CHECK(bit_identical(here.values[l], host.values[l]));
+    CHECK(at::equal(here.positions[l], host.positions[l]));
+  }
+  require_error([&] { cache.save_row(1, 8, cache.config().device); },
+                {"length: expected row 1's seq_length=9", "got 8"});
+  require_error([&] { cache.save_row(1, 33, cache.config().device); },
+                {"length: expected a length in [0, max_len=32]", "got 33"});
+  cache.reset();  // a copy: later steps do not change it
+  CHECK(bit_identical(here.keys[0], host.keys[0]));
+}
+
 TEST_CASE("a state that does not fit the cache is refused and the cache is left bit-identical",
           "[cache][row_state][errors]") {
   HybridCache source(ConfigBuilder().max_batch(2).max_len(32).hybrid(4, 4));

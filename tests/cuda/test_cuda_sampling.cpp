@@ -11,6 +11,8 @@
 #include <statickv/model/checkpoint.hpp>
 #include <statickv/sampling/head.hpp>
 
+#include <numeric>
+
 using namespace statickv;
 using namespace statickv::reference;
 
@@ -149,6 +151,40 @@ TEST_CASE("on CUDA, a Scheduler step copies to the host once and never syncs, gr
       CHECK(counter.syncs() == 0);
     }
   }
+}
+
+TEST_CASE("on CUDA, prefix hits and saves add no sync: each step copies to the host once",
+          "[cuda][serving][prefix]") {
+  // Note [prefix cache]: saves at the host's length onto the device,
+  // restores rolled back on the device.
+  const at::Device gpu(at::kCUDA, 0);
+  const ModelConfig config = named_config("tiny");
+  const LlamaModel model(config, random_weights(config, 3, at::kFloat, gpu));
+  SchedulerOptions o = test::static_rows(2);
+  o.prefix_block = 4;
+  o.prefix_cache_bytes = 16 << 20;
+  Scheduler engine(model, o);
+  engine.warm_up();
+  std::vector<int64_t> head(20);
+  std::iota(head.begin(), head.end(), 8);
+  for (int64_t i = 0; i < 6; ++i) {
+    Request r;
+    r.id = "r" + std::to_string(i);
+    r.prompt = head;
+    r.prompt.insert(r.prompt.end(), {40 + i, 60 + i});
+    r.max_new_tokens = 4;
+    r.stop = std::vector<int64_t>{};
+    engine.submit(std::move(r));
+  }
+  for (int step = 0; step < 200 && !engine.idle(); ++step) {
+    OpCounter counter(gpu);
+    engine.step();
+    INFO("step " << step);
+    CHECK(counter.host_copies() == 1);
+    CHECK(counter.syncs() == 0);
+  }
+  CHECK(engine.take_finished().size() == 6);
+  CHECK(engine.stats().prefix_hits >= 4);
 }
 
 TEST_CASE("on CUDA, one captured pick serves rows whose settings change, never recapturing",

@@ -10,6 +10,7 @@
 #include <statickv/engine/scheduler.hpp>
 #include <statickv/engine/trace.hpp>
 #include <statickv/model/checkpoint.hpp>
+#include <statickv/op_counter.hpp>
 
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
@@ -717,6 +718,28 @@ TEST_CASE("requests sharing prefixes start from saved rows and equal generating 
   SECTION("hybrid cache, the default budget (the cache's own bytes)") {
     require_prefixed_equals_alone("tiny-qwen2", CacheKind::kHybrid, -1, true, 25);
   }
+}
+
+TEST_CASE("prefix hits and saves read nothing back: serving with the prefix cache never syncs",
+          "[serving][prefix]") {
+  // A row's length is known on the host (Active::cached): the restore rolls
+  // back on the device and the save copies on the device, so the steps'
+  // one host copy is the picks (Note [sampling head]) and nothing syncs.
+  at::set_num_threads(1);
+  const LlamaModel model = tiny_model("tiny-qwen2");
+  Scheduler engine(model, prefix_options(CacheKind::kHybrid, 64 << 20));
+  engine.warm_up();
+  TraceRun run;
+  statickv::OpCounter ops;
+  const SchedulerStats stats = serve_prefixed(engine, shared_prefix_requests(23, 24), run);
+  const statickv::OpCounts counts = ops.counts();
+  CHECK(stats.prefix_hits >= 5);
+  CHECK(stats.prefix_entries >= 3);
+  std::string synced;
+  for (const auto& [name, n] : counts.synced) synced += name + " x" + std::to_string(n) + " ";
+  INFO("syncs: " << synced);
+  CHECK(counts.syncs == 0);
+  CHECK(require_each_equals_alone(model, CacheKind::kHybrid, run) > 1e-4);
 }
 
 TEST_CASE("a chat's next turn starts from the row its last turn left", "[serving][prefix]") {

@@ -78,15 +78,28 @@ STATICKV_CACHE_FN void Cache::rollback(const std::vector<int64_t>& new_lengths) 
 STATICKV_CACHE_FN RowState Cache::save_row(int64_t row) const {
   storage_->check_row_state("save_row");
   check_row("row", row);
+  return save_row(row, seq_lengths_[row].item<int64_t>(), at::Device(at::kCPU));
+}
+
+STATICKV_CACHE_FN RowState Cache::save_row(int64_t row, int64_t length,
+                                           const at::Device& device) const {
+  storage_->check_row_state("save_row");
+  check_row("row", row);
+  TORCH_CHECK(length >= 0 && length <= config_.max_len,
+              "length: expected a length in [0, max_len=", config_.max_len, "] but got ", length);
+  if (config_.check_position_values && seq_lengths_.device().is_cpu()) {
+    const int64_t stored = seq_lengths_.const_data_ptr<int64_t>()[row];
+    TORCH_CHECK(length == stored, "length: expected row ", row, "'s seq_length=", stored,
+                " but got ", length);
+  }
   RowState state;
-  state.length = seq_lengths_[row].item<int64_t>();
-  const at::Device cpu(at::kCPU);
+  state.length = length;
   for (int64_t l = 0; l < config_.num_layers; ++l) {
-    const int64_t n = detail::row_state_slots(config_, l, state.length);
+    const int64_t n = detail::row_state_slots(config_, l, length);
     state.types.push_back(config_.layer_type(l));
     state.positions.push_back(
-        group_of(l).slot_positions[row].narrow(0, 0, n).to(cpu, at::kLong, false, true));
-    auto [keys, values] = storage_->save_slots(l, row, n);
+        detail::copy_to(group_of(l).slot_positions[row].narrow(0, 0, n), device, at::kLong));
+    auto [keys, values] = storage_->save_slots(l, row, n, device);
     state.keys.push_back(std::move(keys));
     state.values.push_back(std::move(values));
   }

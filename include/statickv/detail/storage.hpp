@@ -105,12 +105,12 @@ class Storage {
     size_t i = 0;
     for_each_buffer([&](at::Tensor& t) { store_copy(t, sources[i++]); });
   }
-  /// Layer `layer`'s keys and values of row `row`, slots [0, n), as host
-  /// tensors in the compute dtype (save_row).
-  std::pair<at::Tensor, at::Tensor> save_slots(int64_t layer, int64_t row, int64_t n) const {
-    const at::Device cpu(at::kCPU);
-    return {keys(layer)[row].narrow(1, 0, n).to(cpu, config_.dtype, false, true),
-            values(layer)[row].narrow(1, 0, n).to(cpu, config_.dtype, false, true)};
+  /// Layer `layer`'s keys and values of row `row`, slots [0, n), copied to
+  /// `device` in the compute dtype (save_row).
+  std::pair<at::Tensor, at::Tensor> save_slots(int64_t layer, int64_t row, int64_t n,
+                                               const at::Device& device) const {
+    return {copy_to(keys(layer)[row].narrow(1, 0, n), device, config_.dtype),
+            copy_to(values(layer)[row].narrow(1, 0, n), device, config_.dtype)};
   }
   /// Row `row`'s slots [0, n) of `layer` become keys and values [kv_heads,
   /// n, head_dim] on the device (restore_row; graph-safe).

@@ -102,14 +102,21 @@ void SamplingHead::copy_row(int64_t from, int64_t to) {
 }
 
 void SamplingHead::reorder(const at::Tensor& index) {
+  TORCH_CHECK(index.device().is_cpu() && index.scalar_type() == at::kLong && index.dim() == 1,
+              "index: expected a host int64 [n] tensor but got ", index.scalar_type(), " ",
+              index.sizes(), " on ", index.device());
   const int64_t n = index.size(0);
   const at::Tensor on_device = index.to(options_.device);
   for (at::Tensor* t : {&params_, &keys_, &generated_, &seen_, &penalty_, &bias_ids_, &bias_vals_,
                         &stop_ids_, &out_}) {
     t->narrow(0, 0, n).copy_(t->index_select(0, on_device));
   }
+  // index is on the host: read it there, one element at a time would
+  // dispatch an item() each.
+  const at::Tensor order = index.contiguous();
+  const int64_t* from = order.const_data_ptr<int64_t>();
   std::vector<Sampling> moved;
-  for (int64_t i = 0; i < n; ++i) moved.push_back(host_[index[i].item<int64_t>()]);
+  for (int64_t i = 0; i < n; ++i) moved.push_back(host_[static_cast<size_t>(from[i])]);
   std::copy(moved.begin(), moved.end(), host_.begin());
 }
 

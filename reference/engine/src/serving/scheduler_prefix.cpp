@@ -23,12 +23,13 @@ void Scheduler::State::reuse_prefix(size_t r) {
   const auto i = static_cast<int64_t>(r);
   cache.restore_row(*match.state, i);
   if (match.reused < match.state->length) {
-    const at::Tensor lengths = cache.seq_lengths().narrow(0, 0, i + 1).cpu();
-    std::vector<int64_t> kept(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + i + 1);
-    kept[r] = match.reused;
-    cache.rollback(kept);
+    // Every row keeps its length but row i, built on the device: a hit
+    // reads nothing back (the pool offers only what the rings take back).
+    at::Tensor lengths = cache.seq_lengths().narrow(0, 0, i + 1).clone();
+    lengths.narrow(0, i, 1).fill_(match.reused);
+    cache.rollback(lengths);
   }
-  row.prompt_done = match.reused;
+  row.prompt_done = row.cached = match.reused;
   ++stats.prefix_hits;
   stats.prefix_tokens_reused += match.reused;
 }
@@ -65,13 +66,15 @@ void Scheduler::State::admit() {
 void Scheduler::State::save_prefix(size_t r) {
   if (!prefix) return;
   const Active& row = table->rows()[r];
-  const Cache& cache = engine->cache();
-  RowState state = cache.save_row(static_cast<int64_t>(r));
   std::vector<int64_t> tokens = row.request.prompt;
   tokens.insert(tokens.end(), row.tokens.begin(), row.tokens.end());
-  if (state.length > static_cast<int64_t>(tokens.size())) return;
-  tokens.resize(static_cast<size_t>(state.length));
-  prefix->insert(std::move(tokens), state.to(cache.config().device));
+  if (row.cached > static_cast<int64_t>(tokens.size())) return;  // drafts past a stop
+  tokens.resize(static_cast<size_t>(row.cached));
+  const Cache& cache = engine->cache();
+  // On the cache's device, at the host's length: no sync (Note [a
+  // restored row is the saved row]).
+  prefix->insert(std::move(tokens),
+                 cache.save_row(static_cast<int64_t>(r), row.cached, cache.config().device));
 }
 
 }  // namespace statickv::reference

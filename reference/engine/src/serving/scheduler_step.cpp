@@ -182,14 +182,17 @@ std::vector<int64_t> Scheduler::State::settle(const std::vector<int64_t>& fed, s
     if (r < prefilling) {
       row.prompt_done += fed[r];
       row.draft_len = row.prompt_done;  // the draft model was fed the same chunk
-      kept[r] = row.prompt_done;
+      row.cached = kept[r] = row.prompt_done;
       if (fed[r] == 0 || !row.decoding()) continue;
       save_prefix(r);  // the whole prompt, before its first token
       accept(row, picked[r], now);
     } else if (options.speculate > 0) {
       kept[r] = accept_verdict(row, decoded.drafts.ids[r], picked[r], now, stats.speculation);
+      row.cached = kept[r];  // what the rollback after settle() leaves
     } else {
       accept(row, picked[r], now);
+      row.cached =
+          row.prompt_len() + static_cast<int64_t>(row.tokens.size()) - 1;  // not the newest
     }
   }
   return kept;

@@ -26,6 +26,7 @@ struct Active {
   std::vector<int64_t> stop;  // resolved: the request's or the model's eos ids
   int64_t prompt_done = 0;    // prompt tokens already in the cache
   int64_t draft_len = 0;      // draft-model drafting: positions in the draft cache
+  int64_t cached = 0;         // positions in its cache row, known on the host (save_prefix)
   std::vector<int64_t> tokens;
   std::vector<TokenLogprob> logprobs, prompt_logprobs;
   ServeClock::time_point arrival, admitted, first_token;
