@@ -742,6 +742,68 @@ TEST_CASE("prefix hits and saves read nothing back: serving with the prefix cach
   CHECK(require_each_equals_alone(model, CacheKind::kHybrid, run) > 1e-4);
 }
 
+namespace {
+
+/// A hybrid row served alone under prompt lookup (3 drafts from one-token
+/// matches in a 30-token prompt, so it drafts often and most drafts are
+/// rejected), ending on a stop id, often the verdict's own token after
+/// rejected drafts; its prompt and tokens.
+std::vector<int64_t> serve_speculating(Scheduler& engine, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Request r;
+  r.id = "first";
+  for (int i = 0; i < 30; ++i) r.prompt.push_back(8 + static_cast<int64_t>(rng() % 120));
+  r.max_new_tokens = 12 + static_cast<int64_t>(rng() % 8);
+  r.stop = std::vector<int64_t>{};  // a sixth of the vocabulary: most rows end on a stop id
+  for (int i = 0; i < 20; ++i) r.stop->push_back(8 + static_cast<int64_t>(rng() % 120));
+  engine.submit(r);
+  engine.run_until_idle();
+  std::vector<int64_t> all = r.prompt;
+  for (const Completion& c : engine.take_finished())
+    all.insert(all.end(), c.tokens.begin(), c.tokens.end());
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("a speculating hybrid row is saved only where its rings take back the pool's allowance",
+          "[serving][prefix][speculative]") {
+  // Drafts rejected in the step that ends a row on a stop id overwrote
+  // ring slots past its length, so its snapshot could not be rolled back
+  // max_chunk (8) exactly
+  // (Note [ring rollback]); such a row is not saved. A probe sharing all
+  // but max_chunk of each retired row is served, equal to generating it
+  // alone, from whatever the pool may give.
+  at::set_num_threads(1);
+  const LlamaModel model = tiny_model("tiny-qwen2");
+  SchedulerOptions o = prefix_options(CacheKind::kHybrid, 64 << 20);
+  o.speculate = 3;
+  o.lookup_ngram = 1;
+  int64_t reused_rows = 0;
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    Scheduler engine(model, o);
+    const std::vector<int64_t> all = serve_speculating(engine, seed);
+    const auto cached = static_cast<int64_t>(all.size()) - 1;  // all but the newest token
+    Request probe;
+    probe.id = "probe";
+    probe.prompt.assign(all.begin(), all.begin() + (cached - 8));
+    probe.prompt.push_back(all[static_cast<size_t>(cached - 8)] == 9 ? 10 : 9);  // diverges here
+    probe.prompt.push_back(11);
+    probe.max_new_tokens = 3;
+    probe.stop = std::vector<int64_t>{};
+    INFO("seed " << seed << ", " << all.size() << " tokens");
+    const int64_t reused = engine.stats().prefix_tokens_reused;
+    engine.submit(probe);
+    REQUIRE_NOTHROW(engine.run_until_idle());
+    const std::vector<Completion> done = engine.take_finished();
+    REQUIRE(done.size() == 1);
+    Alone alone(model, CacheKind::kHybrid);
+    CHECK(done[0].tokens == alone.generate(probe).tokens);
+    reused_rows += engine.stats().prefix_tokens_reused - reused == cached - 8 ? 1 : 0;
+  }
+  CHECK(reused_rows >= 10);  // most retired rows are saved and serve the probe
+}
+
 TEST_CASE("a chat's next turn starts from the row its last turn left", "[serving][prefix]") {
   at::set_num_threads(1);
   const LlamaModel model = tiny_model("tiny-qwen2");

@@ -69,6 +69,10 @@ void Scheduler::State::save_prefix(size_t r) {
   std::vector<int64_t> tokens = row.request.prompt;
   tokens.insert(tokens.end(), row.tokens.begin(), row.tokens.end());
   if (row.cached > static_cast<int64_t>(tokens.size())) return;  // drafts past a stop
+  // Rejected drafts overwrote ring slots past the row's length, so a ring
+  // no longer takes back the pool's allowance from it (Note [ring
+  // rollback]): such a row is not saved.
+  if (row.written > row.cached && model.config().has_sliding()) return;
   tokens.resize(static_cast<size_t>(row.cached));
   const Cache& cache = engine->cache();
   // On the cache's device, at the host's length: no sync (Note [a

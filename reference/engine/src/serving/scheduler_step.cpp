@@ -187,7 +187,10 @@ std::vector<int64_t> Scheduler::State::settle(const std::vector<int64_t>& fed, s
       save_prefix(r);  // the whole prompt, before its first token
       accept(row, picked[r], now);
     } else if (options.speculate > 0) {
-      kept[r] = accept_verdict(row, decoded.drafts.ids[r], picked[r], now, stats.speculation);
+      const std::vector<int64_t>& drafts = decoded.drafts.ids[r];
+      const auto fed_to = static_cast<int64_t>(row.tokens.size() + drafts.size());
+      row.written = std::max(row.written, row.prompt_len() + fed_to);
+      kept[r] = accept_verdict(row, drafts, picked[r], now, stats.speculation);
       row.cached = kept[r];  // what the rollback after settle() leaves
     } else {
       accept(row, picked[r], now);

@@ -27,6 +27,7 @@ struct Active {
   int64_t prompt_done = 0;    // prompt tokens already in the cache
   int64_t draft_len = 0;      // draft-model drafting: positions in the draft cache
   int64_t cached = 0;         // positions in its cache row, known on the host (save_prefix)
+  int64_t written = 0;        // speculation: one past the highest position ever fed, drafts too
   std::vector<int64_t> tokens;
   std::vector<TokenLogprob> logprobs, prompt_logprobs;
   ServeClock::time_point arrival, admitted, first_token;
