@@ -160,8 +160,9 @@ class Cache {
 
   /// save_row() of a row whose seq_length the caller knows (`length`, not
   /// read back: no sync) into tensors on `device`. On the cache's own
-  /// device it is device copies only, for a pool of saved rows that
-  /// restore_row takes as they are. A CPU cache with check_position_values checks
+  /// device it is device copies only (with host offload, copies from the
+  /// host-resident store), for a pool of saved rows that restore_row takes
+  /// as they are. A CPU cache with check_position_values checks
   /// `length` against the row's; elsewhere a wrong length saves a wrong
   /// state, as a wrong rollback() length would.
   RowState save_row(int64_t row, int64_t length, const at::Device& device) const;
