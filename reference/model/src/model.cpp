@@ -167,7 +167,6 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, const at::Tensor& position
   detail::check_device("positions", positions, device_, " (the model's)");
   const bool fused = backend.path() == DecodePath::kFused;
   check_path(backend.path());
-  if (tp_.comm && tp_.check_divergence) check_same_step(ids, attend_len, logits);
 
   backend.set_logit_softcap(config_.attn_logit_softcapping);
   backend.begin(positions, attend_len);
@@ -203,19 +202,27 @@ at::Tensor LlamaModel::reduce(at::Tensor partial) const {
 // One int64 per pass: its number, shape and a checksum of its tokens. A
 // rank that skipped, repeated, reshaped or fed other tokens to a pass
 // differs from the others here, before any collective of the pass could
-// pair mismatched tensors. (Reading the checksum syncs with the device:
-// this is a debug check.)
+// pair mismatched tensors. The checksum is summed on the host from the
+// packed ids: nothing reads the device (the collective's own result aside).
 void LlamaModel::check_same_step(const at::Tensor& ids, int64_t attend_len, Logits logits) const {
-  const at::Tensor flat = ids.reshape({-1});
-  const int64_t checksum =
-      flat.mul(at::arange(1, flat.numel() + 1, flat.options())).sum().item<int64_t>();
-  uint64_t fingerprint = static_cast<uint64_t>(steps_++);  // unsigned: wraps, never overflows
-  for (int64_t part :
-       {ids.size(0), ids.size(1), attend_len, static_cast<int64_t>(logits), checksum}) {
+  if (!tp_.comm || !tp_.check_divergence) return;
+  TORCH_CHECK(ids.device().is_cpu(), "ids: expected the pass's host inputs (cpu) but got ",
+              ids.device(), " (the step check never reads the device)");
+  TORCH_CHECK(ids.dim() == 2 && ids.scalar_type() == at::kLong,
+              "ids: expected int64 [b, q] but got ", ids.scalar_type(), " ", ids.sizes());
+  const at::Tensor flat = ids.contiguous();
+  const int64_t* data = flat.data_ptr<int64_t>();
+  uint64_t checksum = 0;  // unsigned: wraps, never overflows
+  for (int64_t i = 0; i < flat.numel(); ++i) {
+    checksum += static_cast<uint64_t>(i + 1) * static_cast<uint64_t>(data[i]);
+  }
+  uint64_t fingerprint = static_cast<uint64_t>(steps_++);
+  for (int64_t part : {ids.size(0), ids.size(1), attend_len, static_cast<int64_t>(logits)}) {
     fingerprint = fingerprint * 1000003u + static_cast<uint64_t>(part);
   }
+  fingerprint = fingerprint * 1000003u + checksum;
   tp_.comm->check_same(
-      "LlamaModel::forward (pass number, batch, query length, attend_len, token checksum)",
+      "a pass's host inputs (pass number, batch, query length, attend_len, token checksum)",
       static_cast<int64_t>(fingerprint));
 }
 

@@ -80,6 +80,7 @@ at::Tensor draft_grid(const StepInputs& in, const at::Device& device, int64_t vo
 
 at::Tensor run_pass(const LlamaModel& model, GraphRunner* runner, AttentionBackend& backend,
                     const StepInputs& in, Logits which, RunnerInputs inputs) {
+  model.check_same_step(in.ids, in.attend, which);  // under TP: from the host inputs
   const at::Device device = model.device();
   // On the CPU the host inputs are used as they are; to a GPU they go from
   // pinned memory without waiting for the stream (a pageable copy syncs).

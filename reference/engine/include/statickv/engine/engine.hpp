@@ -84,7 +84,8 @@ enum class RunnerInputs {
 /// runs `runner` when there is one (it pads to its buckets), with what
 /// `inputs` names (takes: in.takes, zeros when undefined; drafts: in.draft_q
 /// after a zero row), or the model's eager forward through `backend`.
-/// Returns the model's logits.
+/// Under tensor parallelism the pass's host inputs go through the step
+/// check first (LlamaModel::check_same_step). Returns the model's logits.
 at::Tensor run_pass(const LlamaModel& model, GraphRunner* runner, AttentionBackend& backend,
                     const StepInputs& in, Logits which,
                     RunnerInputs inputs = RunnerInputs::kTokens);

@@ -86,6 +86,14 @@ class LlamaModel {
   /// process, a cache of plain storage in device memory: `cache`) and plain
   /// elsewhere (Note [fused decode path]).
   DecodePath resolve_path(DecodePath path, const CacheConfig& cache) const;
+  /// The tensor-parallel step check of one pass (Note [ranks issue
+  /// identical steps]): with `TpShard::check_divergence` on a rank, compares
+  /// a fingerprint of the pass number, `ids`' shape, `attend_len`,
+  /// `logits` and a checksum of `ids` across ranks; elsewhere a no-op.
+  /// `ids` [b, q] int64 in host memory: the check reads only what the host
+  /// packed, never the device. run_pass calls it for every pass, eager or
+  /// replayed; forward() does not (it may be captured).
+  void check_same_step(const at::Tensor& ids, int64_t attend_len, Logits logits) const;
 
  private:
   /// The fused path's norm weights, each what rms_norm() multiplies by:
@@ -139,7 +147,6 @@ class LlamaModel {
   at::Tensor lm_head(const at::Tensor& x, bool fused) const;
   /// Sums a row-parallel projection's partial outputs over the ranks.
   at::Tensor reduce(at::Tensor partial) const;
-  void check_same_step(const at::Tensor& ids, int64_t attend_len, Logits logits) const;
 
   ModelConfig config_;
   Weights weights_;  // owns the tensors referenced below
@@ -155,7 +162,7 @@ class LlamaModel {
   at::Device device_;
   TpShard tp_;
   TpPlan plan_;
-  mutable int64_t steps_ = 0;  // forward passes, for the divergence check
+  mutable int64_t steps_ = 0;  // passes checked, for the divergence check
 };
 
 }  // namespace statickv::reference
