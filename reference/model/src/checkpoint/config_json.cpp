@@ -4,6 +4,7 @@
 #include "json_fields.hpp"
 
 #include <statickv/model/checkpoint.hpp>
+#include <statickv/model/families.hpp>
 
 #include <string>
 #include <utility>
@@ -89,7 +90,8 @@ std::vector<LayerType> read_layer_types(const std::string& path, const Json& jso
 }
 
 // Note [layer types per model type]: which layers slide is decided as
-// transformers 5.24 decides it for each model type, not by one rule for all:
+// transformers 5.24 decides it for each model type, not by one rule for all
+// (each family's LayerRule, families.cpp):
 //
 //   llama    layer_types and sliding_window are ignored: every layer is full.
 //   mistral  layer_types is ignored (transformers warns); sliding_window,
@@ -137,29 +139,30 @@ std::vector<LayerType> periodic_layers(int64_t layers, int64_t period) {
   return out;
 }
 
-/// The window and the layer types when config.json leaves layer_types out.
+/// The window and the layer types when config.json leaves layer_types out
+/// (kFromLayer and kPeriodic).
 std::pair<int64_t, std::vector<LayerType>> default_layers(const std::string& path, const Json& json,
-                                                          const ModelConfig& config) {
-  const std::string& type = config.model_type;
-  const int64_t layers = config.num_hidden_layers;
-  if (type == "gemma2" || type == "gemma3_text") {
-    const int64_t window = int_or(path, json, "sliding_window", /*absent=*/4096, /*null_value=*/0);
-    const int64_t period =
-        type == "gemma2" ? 2 : int_or(path, json, "sliding_window_pattern", 6, 6);
-    TORCH_CHECK(period >= 1, path, ": expected field \"sliding_window_pattern\" >= 1 but got ",
+                                                          const Family& family, int64_t layers) {
+  const FamilyLayers& rule = family.layers;
+  if (rule.rule == LayerRule::kPeriodic) {
+    const int64_t window =
+        int_or(path, json, "sliding_window", rule.default_window, /*null_value=*/0);
+    const int64_t period = rule.period_field
+                               ? int_or(path, json, rule.period_field, rule.period, rule.period)
+                               : rule.period;
+    TORCH_CHECK(period >= 1, path, ": expected field \"", rule.period_field, "\" >= 1 but got ",
                 period);
     return {window, periodic_layers(layers, period)};
   }
-  // qwen2, qwen3
   const bool use_window = has(json, "use_sliding_window") &&
                           as_bool(path, json["use_sliding_window"], "use_sliding_window");
   const int64_t window =
-      use_window ? int_or(path, json, "sliding_window", /*absent=*/4096, /*null_value=*/0) : 0;
+      use_window ? int_or(path, json, "sliding_window", rule.default_window, /*null_value=*/0) : 0;
   std::vector<LayerType> types;
   if (window != 0) {
     const int64_t first = has(json, "max_window_layers")
                               ? as_int(path, json["max_window_layers"], "max_window_layers")
-                              : 28;  // Qwen2Config's and Qwen3Config's default
+                              : rule.window_from_layer;
     for (int64_t i = 0; i < layers; ++i) {
       types.push_back(i >= first ? LayerType::kSliding : LayerType::kFull);
     }
@@ -167,17 +170,19 @@ std::pair<int64_t, std::vector<LayerType>> default_layers(const std::string& pat
   return {window, types};
 }
 
-void read_layers(const std::string& path, const Json& json, ModelConfig& config) {
+void read_layers(const std::string& path, const Json& json, const Family& family,
+                 ModelConfig& config) {
   const int64_t layers = config.num_hidden_layers;
   config.layer_types.clear();
   config.sliding_window = 0;
-  if (config.model_type == "mistral") {
-    config.sliding_window = int_or(path, json, "sliding_window", /*absent=*/4096, /*null_value=*/0);
+  if (family.layers.rule == LayerRule::kAllFull) return;
+  if (family.layers.rule == LayerRule::kAllSliding) {
+    config.sliding_window =
+        int_or(path, json, "sliding_window", family.layers.default_window, /*null_value=*/0);
     if (config.sliding_window != 0) config.layer_types = all_sliding(layers);
     return;
   }
-  if (config.model_type == "llama") return;  // all full
-  auto [window, types] = default_layers(path, json, config);
+  auto [window, types] = default_layers(path, json, family, layers);
   if (has(json, "layer_types")) {
     types = read_layer_types(path, json);
     TORCH_CHECK(static_cast<int64_t>(types.size()) == layers, path,
@@ -192,28 +197,6 @@ void read_layers(const std::string& path, const Json& json, ModelConfig& config)
   if (config.has_sliding()) config.sliding_window = window;
 }
 
-/// What transformers 5.24's config class of each model type assumes for a
-/// field that config.json leaves out (LlamaConfig, MistralConfig,
-/// Qwen2Config, Qwen3Config, Gemma2Config, Gemma3TextConfig). kv_heads 0:
-/// as many as num_attention_heads; head_dim 0: hidden_size / heads.
-struct ClassDefaults {
-  int64_t vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads;
-  int64_t num_key_value_heads, head_dim;
-  int64_t max_position_embeddings;
-  std::vector<int64_t> eos_token_ids;
-  int64_t bos_token_id;  // -1: none
-  bool tie_word_embeddings;
-};
-
-ClassDefaults class_defaults(const std::string& type) {
-  if (type == "mistral") return {32000, 4096, 14336, 32, 32, 8, 0, 4096 * 32, {2}, 1, false};
-  if (type == "qwen2") return {151936, 4096, 22016, 32, 32, 32, 0, 32768, {}, -1, false};
-  if (type == "qwen3") return {151936, 4096, 22016, 32, 32, 32, 128, 32768, {}, -1, false};
-  if (type == "gemma2") return {256000, 2304, 9216, 26, 8, 4, 256, 8192, {1}, 2, true};
-  if (type == "gemma3_text") return {262208, 2304, 9216, 26, 8, 4, 256, 131072, {1}, 2, true};
-  return {32000, 4096, 11008, 32, 32, 0, 0, 2048, {2}, 1, false};  // llama
-}
-
 /// A size field: the class default when absent; null is not a size.
 int64_t size_or(const std::string& path, const Json& json, const char* key, int64_t absent) {
   auto it = json.find(key);
@@ -221,7 +204,7 @@ int64_t size_or(const std::string& path, const Json& json, const char* key, int6
   return as_int(path, *it, key);
 }
 
-void read_sizes(const std::string& path, const Json& json, const ClassDefaults& d,
+void read_sizes(const std::string& path, const Json& json, const FamilyDefaults& d,
                 ModelConfig& config) {
   config.vocab_size = size_or(path, json, "vocab_size", d.vocab_size);
   config.hidden_size = size_or(path, json, "hidden_size", d.hidden_size);
@@ -255,57 +238,40 @@ void read_sizes(const std::string& path, const Json& json, const ClassDefaults& 
   }
 }
 
-bool is_gemma(const std::string& type) { return type == "gemma2" || type == "gemma3_text"; }
-
-/// Biases and the MLP as each model type builds them: Llama, Qwen3 and
-/// Gemma put attention_bias on q, k, v and o; Qwen2 always has q/k/v biases
-/// and never an o bias; Mistral has none (its class ignores attention_bias).
-void read_projections(const std::string& path, const Json& json, ModelConfig& config) {
-  const std::string& type = config.model_type;
-  // Gemma's classes read hidden_activation (a hidden_act key is ignored);
-  // the others hidden_act. The MLP is gated, with no biases.
-  const char* act_key = is_gemma(type) ? "hidden_activation" : "hidden_act";
-  const std::string act = has(json, act_key) ? as_string(path, json[act_key], act_key)
-                          : is_gemma(type)   ? "gelu_pytorch_tanh"
-                                             : "silu";
-  const char* want = is_gemma(type) ? "gelu_pytorch_tanh" : "silu";
-  TORCH_CHECK(act == want, path, ": expected ", act_key, " \"", want, "\" but got \"", act, "\"");
-  config.hidden_act = is_gemma(type) ? Activation::kGeluTanh : Activation::kSilu;
-  if (type == "llama" && has(json, "mlp_bias")) {
-    TORCH_CHECK(!as_bool(path, json["mlp_bias"], "mlp_bias"), path,
-                ": expected mlp_bias false (MLP biases are not supported) but got true");
-  }
-  config.attention_bias = type == "qwen2";
-  config.o_proj_bias = false;
-  const bool reads_bias = type == "llama" || type == "qwen3" || is_gemma(type);
-  if (reads_bias && has(json, "attention_bias")) {
+/// The MLP's activation field, which must name the family's one
+/// activation; attention_bias where the family reads it; the switches the
+/// family refuses. apply_family set the rest (biases as each family builds
+/// them, q/k norms, Gemma's norms).
+void read_projections(const std::string& path, const Json& json, const Family& family,
+                      ModelConfig& config) {
+  const char* key = family.traits.activation_field;
+  const char* want = activation_name(family.traits.activation);
+  const std::string act = has(json, key) ? as_string(path, json[key], key) : want;
+  TORCH_CHECK(act == want, path, ": expected ", key, " \"", want, "\" but got \"", act, "\"");
+  if (family.traits.bias == BiasRule::kAttentionBias && has(json, "attention_bias")) {
     config.attention_bias = as_bool(path, json["attention_bias"], "attention_bias");
     config.o_proj_bias = config.attention_bias;
   }
-  config.qk_norm = type == "qwen3" || type == "gemma3_text";
+  for (const Refusal& refusal : family.refuses) {
+    TORCH_CHECK(!has(json, refusal.field) || !as_bool(path, json[refusal.field], refusal.field),
+                path, ": expected field \"", refusal.field, "\" false (", refusal.reason,
+                ") but got true");
+  }
 }
 
-/// Gemma's own math: (1 + weight) norms in float32, four norms a layer,
-/// scaled embeddings, query_pre_attn_scalar and the soft-caps (Gemma 3's
+/// Gemma's numbers: query_pre_attn_scalar and the soft-caps (Gemma 3's
 /// attention ignores attn_logit_softcapping, as transformers 5.24's does).
-void read_gemma(const std::string& path, const Json& json, ModelConfig& config) {
-  config.norm_style = NormStyle::kGemma;
-  config.sandwich_norms = true;
-  config.scale_embeddings = true;
+void read_gemma(const std::string& path, const Json& json, const GemmaMath& gemma,
+                ModelConfig& config) {
   config.query_pre_attn_scalar = double_or(path, json, "query_pre_attn_scalar", 256);
   TORCH_CHECK(config.query_pre_attn_scalar > 0, path,
               ": expected field \"query_pre_attn_scalar\" > 0 but got ",
               config.query_pre_attn_scalar);
-  const bool gemma2 = config.model_type == "gemma2";
   config.final_logit_softcapping =
-      double_or(path, json, "final_logit_softcapping", gemma2 ? 30 : 0);
-  config.attn_logit_softcapping = gemma2 ? double_or(path, json, "attn_logit_softcapping", 50) : 0;
-  TORCH_CHECK(
-      !has(json, "use_bidirectional_attention") ||
-          !as_bool(path, json["use_bidirectional_attention"], "use_bidirectional_attention"),
-      path,
-      ": expected field \"use_bidirectional_attention\" false (a decoder attends "
-      "causally) but got true");
+      double_or(path, json, "final_logit_softcapping", gemma.final_softcap);
+  config.attn_logit_softcapping =
+      gemma.reads_attn_softcap ? double_or(path, json, "attn_logit_softcapping", gemma.attn_softcap)
+                               : 0;
 }
 
 /// transformers 5 keeps the rope in rope_parameters; older configs have a
@@ -348,33 +314,41 @@ void read_gemma3_rope(const std::string& path, const Json& json, ModelConfig& co
   config.sliding_rope = local;
 }
 
+/// The row of config.json's model_type; an unknown type is refused naming
+/// the file and every known type.
+const Family& family_of(const std::string& path, const Json& json) {
+  const std::string type =
+      as_string(path, require(path, json, "model_type", "model_type"), "model_type");
+  const Family* found = nullptr;
+  try {
+    found = &family(type);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, path, ": ", e.what_without_backtrace());
+  }
+  return *found;
+}
+
 }  // namespace
 
 ModelConfig load_config(const std::string& config_json_path) {
   const std::string& path = config_json_path;
   const Json json = parse_json_file(path);
+  const Family& family = family_of(path, json);
   ModelConfig config;
-  config.model_type =
-      as_string(path, require(path, json, "model_type", "model_type"), "model_type");
-  const std::string& type = config.model_type;
-  TORCH_CHECK(
-      type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || is_gemma(type),
-      path,
-      ": expected model_type \"llama\", \"mistral\", \"qwen2\", \"qwen3\", "
-      "\"gemma2\" or \"gemma3_text\" but got \"",
-      type, "\"");
-  const ClassDefaults defaults = class_defaults(type);
-  read_sizes(path, json, defaults, config);
-  read_projections(path, json, config);
-  if (is_gemma(type)) read_gemma(path, json, config);
-  if (type == "gemma3_text") {
+  apply_family(family, config);
+  read_sizes(path, json, family.defaults, config);
+  read_projections(path, json, family, config);
+  if (family.gemma.on) read_gemma(path, json, family.gemma, config);
+  if (family.traits.rope_per_layer_type) {
     read_gemma3_rope(path, json, config);
   } else {
     read_rope_fields(path, json, config.rope);
   }
-  read_layers(path, json, config);
-  config.eos_token_ids = read_eos(path, json, defaults.eos_token_ids);
-  config.bos_token_id = int_or(path, json, "bos_token_id", defaults.bos_token_id, -1);
+  read_layers(path, json, family, config);
+  const int64_t eos = family.defaults.eos_token_id;
+  config.eos_token_ids =
+      read_eos(path, json, eos >= 0 ? std::vector<int64_t>{eos} : std::vector<int64_t>{});
+  config.bos_token_id = int_or(path, json, "bos_token_id", family.defaults.bos_token_id, -1);
   try {
     config.validate();
   } catch (const c10::Error& e) {

@@ -3,6 +3,7 @@
 #include "json_fields.hpp"
 
 #include <statickv/model/checkpoint.hpp>
+#include <statickv/model/families.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
@@ -16,9 +17,15 @@ namespace {
 
 using detail::join;
 
-ModelConfig tiny() {
+/// A config of `model_type`'s family traits (families.hpp), sizes unset.
+ModelConfig of_family(const std::string& model_type) {
   ModelConfig c;
-  c.model_type = "llama";
+  apply_family(family(model_type), c);
+  return c;
+}
+
+ModelConfig tiny() {
+  ModelConfig c = of_family("llama");
   c.vocab_size = 128;
   c.hidden_size = 64;
   c.intermediate_size = 128;
@@ -34,8 +41,7 @@ ModelConfig tiny() {
 
 ModelConfig llama3(int64_t hidden, int64_t intermediate, int64_t layers, int64_t head_dim,
                    double factor, bool tied) {
-  ModelConfig c;
-  c.model_type = "llama";
+  ModelConfig c = of_family("llama");
   c.vocab_size = 128256;
   c.hidden_size = hidden;
   c.intermediate_size = intermediate;
@@ -61,8 +67,7 @@ ModelConfig llama3(int64_t hidden, int64_t intermediate, int64_t layers, int64_t
 // machine cannot receive the real weights, so its benchmarks use this shape
 // with random ones.
 ModelConfig smollm2_135m() {
-  ModelConfig c;
-  c.model_type = "llama";
+  ModelConfig c = of_family("llama");
   c.vocab_size = 49152;
   c.hidden_size = 576;
   c.intermediate_size = 1536;
@@ -80,22 +85,11 @@ ModelConfig smollm2_135m() {
   return c;
 }
 
-/// What gemma2 and gemma3_text share over a Llama layer (read_gemma in
-/// config_json.cpp sets the same fields from a config.json).
-void make_gemma(ModelConfig& c, const std::string& type) {
-  c.model_type = type;
-  c.hidden_act = Activation::kGeluTanh;
-  c.norm_style = NormStyle::kGemma;
-  c.sandwich_norms = true;
-  c.scale_embeddings = true;
-  c.qk_norm = type == "gemma3_text";
-}
-
 // The tiny Gemma 3: five sliding layers to a full one, window 8, a rope per
 // layer type, q/k norms.
 ModelConfig tiny_gemma3() {
   ModelConfig c = tiny();
-  make_gemma(c, "gemma3_text");
+  apply_family(family("gemma3_text"), c);
   c.num_hidden_layers = 6;
   c.layer_types = {LayerType::kSliding, LayerType::kSliding, LayerType::kSliding,
                    LayerType::kSliding, LayerType::kSliding, LayerType::kFull};
@@ -109,8 +103,7 @@ ModelConfig tiny_gemma3() {
 // Gemma 3 270M's config.json (tools/gemma3/convert.py): for benchmarks where
 // the real weights cannot go (the GPU machine), with random ones.
 ModelConfig gemma3_270m() {
-  ModelConfig c;
-  make_gemma(c, "gemma3_text");
+  ModelConfig c = of_family("gemma3_text");
   c.vocab_size = 262144;
   c.hidden_size = 640;
   c.intermediate_size = 2048;
@@ -140,26 +133,24 @@ ModelConfig named_config(const std::string& name) {
     config = tiny();
   } else if (name == "tiny-mistral") {
     config = tiny();
-    config.model_type = "mistral";
+    apply_family(family("mistral"), config);
     config.layer_types = all_sliding(config.num_hidden_layers);
     config.sliding_window = 8;
   } else if (name == "tiny-qwen2") {
     config = tiny();
-    config.model_type = "qwen2";
-    config.attention_bias = true;
+    apply_family(family("qwen2"), config);  // q/k/v biases
     config.num_hidden_layers = 4;
     config.layer_types = {LayerType::kFull, LayerType::kFull, LayerType::kSliding,
                           LayerType::kSliding};
     config.sliding_window = 8;
   } else if (name == "tiny-qwen3") {
     config = tiny();
-    config.model_type = "qwen3";
-    config.qk_norm = true;
+    apply_family(family("qwen3"), config);  // q/k norms
   } else if (name == "tiny-gemma3") {
     config = tiny_gemma3();
   } else if (name == "tiny-gemma2") {
     config = tiny();
-    make_gemma(config, "gemma2");
+    apply_family(family("gemma2"), config);
     config.num_hidden_layers = 4;
     config.layer_types = {LayerType::kSliding, LayerType::kFull, LayerType::kSliding,
                           LayerType::kFull};

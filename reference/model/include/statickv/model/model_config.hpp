@@ -47,7 +47,8 @@ enum class NormStyle {
 };
 
 struct ModelConfig {
-  /// "llama", "mistral", "qwen2", "qwen3", "gemma2" or "gemma3_text"
+  /// A row of the families table (families.hpp): "llama", "mistral",
+  /// "qwen2", "qwen3", "gemma2" or "gemma3_text".
   std::string model_type = "llama";
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
