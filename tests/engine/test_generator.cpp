@@ -412,8 +412,8 @@ TEST_CASE("the fused decoder path generates the plain path's tokens and logits f
   // Note [fused decode path]: the same math in fewer kernels, float32 here,
   // so the two differ only in rounding order (rms_norm, folded residuals,
   // Gemma's 1 + weight and the query scale folded into the norm weights).
-  for (const std::string shape :
-       {"tiny", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3"}) {
+  for (const std::string shape : {"tiny", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-gemma2",
+                                  "tiny-gemma3", "tiny-phi3"}) {
     const LlamaModel model = make_model(shape);
     for (bool bucketed : {false, true}) {
       INFO(shape << (bucketed ? ", bucketed" : ", eager"));

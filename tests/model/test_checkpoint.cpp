@@ -30,6 +30,63 @@ TEST_CASE("a checkpoint in the transformers 5 layout loads back its config and e
   check_same_weights(loaded.weights, weights);
 }
 
+namespace {
+
+// tiny-phi3 as transformers' Phi3 writes it: q/k/v and gate/up fused.
+constexpr const char* kTinyPhi3Config = R"({
+  "model_type": "phi3", "vocab_size": 128, "hidden_size": 64, "intermediate_size": 128,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+  "max_position_embeddings": 256, "rms_norm_eps": 1e-05, "sliding_window": 8,
+  "bos_token_id": null, "eos_token_id": null, "tie_word_embeddings": false,
+  "rope_parameters": {"partial_rotary_factor": 1.0, "rope_theta": 10000.0, "rope_type": "default"}
+})";
+
+// Each layer's q, k, v rows in one qkv_proj and gate, up rows in one
+// gate_up_proj, spelled here as Phi-3 checkpoints spell them.
+Weights phi3_on_disk(const Weights& weights, int64_t layers) {
+  Weights disk = weights;
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const auto take = [&](const std::string& name) {
+      at::Tensor t = disk.at(p + name);
+      disk.erase(p + name);
+      return t;
+    };
+    disk[p + "self_attn.qkv_proj.weight"] =
+        at::cat({take("self_attn.q_proj.weight"), take("self_attn.k_proj.weight"),
+                 take("self_attn.v_proj.weight")});
+    disk[p + "mlp.gate_up_proj.weight"] =
+        at::cat({take("mlp.gate_proj.weight"), take("mlp.up_proj.weight")});
+  }
+  return disk;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a phi3 checkpoint's fused qkv_proj and gate_up_proj load as row views of the model's "
+    "projections",
+    "[checkpoint]") {
+  TempDir tmp;
+  const ModelConfig config = named_config("tiny-phi3");
+  const Weights weights = random_weights(config, /*seed=*/7, at::kFloat, at::kCPU);
+  write_text(tmp.file("config.json"), kTinyPhi3Config);
+  write_safetensors(tmp.file("model.safetensors"), phi3_on_disk(weights, 2));
+
+  const Checkpoint loaded = load_checkpoint(tmp.dir(), at::kFloat, at::kCPU);
+  check_same_config(loaded.config, config);
+  check_same_weights(loaded.weights, weights);
+  // Row views of the mapped file: k_proj's rows follow q_proj's, no copy.
+  const at::Tensor& q = loaded.weights.at("model.layers.1.self_attn.q_proj.weight");
+  const at::Tensor& k = loaded.weights.at("model.layers.1.self_attn.k_proj.weight");
+  CHECK(k.data_ptr<float>() == q.data_ptr<float>() + q.numel());
+
+  // The model's own names are not Phi-3's: the fused tensor is named missing.
+  write_safetensors(tmp.file("model.safetensors"), weights);
+  require_error([&] { load_checkpoint(tmp.dir(), at::kFloat, at::kCPU); },
+                {"expected tensor \"model.layers.0.self_attn.qkv_proj.weight\""});
+}
+
 TEST_CASE("a config in the older rope_theta layout loads the same config", "[checkpoint]") {
   TempDir tmp;
   const Weights weights = tiny_weights();
@@ -187,6 +244,16 @@ TEST_CASE("load_config names the file and the field of an unusable config", "[ch
       {tiny_config_with(R"("model_type": "gemma3_text", "rope_parameters": {
           "full_attention": {"rope_type": "yarn", "factor": 8.0}})"),
        {"rope_parameters.full_attention.rope_type", "yarn"}},
+      {tiny_config_with(R"("model_type": "phi3", "rope_scaling": {"type": "longrope",
+          "short_factor": [1.0], "long_factor": [1.0]})"),
+       {"rope_scaling.rope_type", "\"longrope\""}},
+      {tiny_config_with(R"("model_type": "phi3", "rope_scaling": {"type": "su"})"),
+       {"rope_scaling.rope_type", "\"su\""}},
+      {tiny_config_with(R"("model_type": "phi3", "partial_rotary_factor": 0.75)"),
+       {"\"partial_rotary_factor\" to be 1", "0.75"}},
+      {tiny_config_with(R"("model_type": "llama", "rope_parameters": {"rope_type": "default",
+          "partial_rotary_factor": 0.5})"),
+       {"rope_parameters.partial_rotary_factor", "0.5"}},
       {tiny_config_with(R"("model_type": "gemma2", "query_pre_attn_scalar": 0)"),
        {"query_pre_attn_scalar"}},
       {tiny_config_with(R"("model_type": "qwen3", "sliding_window": 8,

@@ -156,6 +156,31 @@ TEST_CASE("qwen3 on its class defaults: head_dim 128, q/k norms, no window", "[c
   CHECK(c.norm_style == NormStyle::kLlama);
 }
 
+TEST_CASE("phi3 on its class defaults: rms_norm_eps 1e-5, eos 32000, no window unless one is named",
+          "[checkpoint]") {
+  TempDir tmp;
+  const ModelConfig c = config_from_text(tmp, R"({"model_type": "phi3"})");
+  CHECK(c.vocab_size == 32064);
+  CHECK(c.hidden_size == 3072);
+  CHECK(c.intermediate_size == 8192);
+  CHECK(c.num_key_value_heads == 32);
+  CHECK(c.head_dim == 96);
+  CHECK(c.max_position_embeddings == 4096);
+  CHECK(c.rms_norm_eps == 1e-5);
+  CHECK(c.eos_token_ids == std::vector<int64_t>{32000});
+  CHECK(c.bos_token_id == 1);
+  CHECK_FALSE(c.has_sliding());
+  CHECK_FALSE(c.attention_bias);
+  // Phi-3-mini's own window slides every layer; layer_types is not Phi3Config's.
+  const ModelConfig windowed =
+      config_from_text(tmp, tiny_config_with(R"("model_type": "phi3", "sliding_window": 2047,
+                               "layer_types": ["full_attention", "full_attention",
+                                               "full_attention", "full_attention"])"));
+  CHECK(windowed.layer_types == all_sliding(4));
+  CHECK(windowed.sliding_window == 2047);
+  CHECK(windowed.rms_norm_eps == 1e-6);  // tiny_config_with names it
+}
+
 TEST_CASE("eos_token_id may be an int, a list or null", "[checkpoint]") {
   TempDir tmp;
   CHECK(config_from_text(tmp, tiny_config_with(R"("model_type": "llama", "eos_token_id": 2)"))

@@ -45,9 +45,11 @@ TEST_CASE("every family's config.json of its model_type alone reads as the table
     CHECK(c.final_logit_softcapping == (f.gemma.on ? f.gemma.final_softcap : 0));
     CHECK(c.attn_logit_softcapping == (f.gemma.reads_attn_softcap ? f.gemma.attn_softcap : 0));
     CHECK(c.sliding_rope.has_value() == f.traits.rope_per_layer_type);
+    CHECK(c.rms_norm_eps == d.rms_norm_eps);
     // The window each rule gives a config that names none.
     const bool slides =
-        f.layers.rule == LayerRule::kAllSliding || f.layers.rule == LayerRule::kPeriodic;
+        (f.layers.rule == LayerRule::kAllSliding || f.layers.rule == LayerRule::kPeriodic) &&
+        f.layers.default_window > 0;
     CHECK(c.has_sliding() == slides);
     CHECK(c.sliding_window == (slides ? f.layers.default_window : 0));
   }

@@ -1,5 +1,5 @@
 // The Hugging Face cross-check: tiny random-weight Llama, Mistral, Qwen2,
-// Qwen3, Gemma 2 and Gemma 3 checkpoints saved by transformers
+// Qwen3, Gemma 2, Gemma 3 and Phi-3 checkpoints saved by transformers
 // (tests/reference/hf/make_reference.py, ctest's hf_make_reference fixture), with the tokens and
 // raw logits transformers' greedy generate() produced for each prompt on its own. The reference
 // decoder runs all prompts together as one ragged batch through each cache
@@ -249,6 +249,15 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "Phi-3's projections fused on disk and its window on every layer through HybridCache and "
+    "DynamicCache generate Hugging Face's tokens and logits",
+    "[hf]") {
+  // config.json has "sliding_window": 5, which Phi3 applies to every layer;
+  // qkv_proj and gate_up_proj load as row views of the model's projections.
+  require_hugging_face_results("phi3", {{kSliding, kSliding}, /*window=*/5});
+}
+
+TEST_CASE(
     "int8 and fp8 caches stay within their pinned logits error of Hugging Face on every "
     "checkpoint",
     "[hf][quantized]") {
@@ -258,7 +267,7 @@ TEST_CASE(
   for (const auto& [storage, bound] : {std::make_pair(statickv::KvStorage::kInt8, kInt8Bound),
                                        std::make_pair(statickv::KvStorage::kFp8E4m3, kFp8Bound)}) {
     for (const char* name : {"llama", "llama-bias", "mistral", "qwen2", "qwen2-nowindow",
-                             "qwen2-defaults", "qwen3", "gemma2", "gemma3"}) {
+                             "qwen2-defaults", "qwen3", "gemma2", "gemma3", "phi3"}) {
       int64_t agree = 0;
       const double error = quantized_logit_error(name, storage, &agree);
       std::printf(

@@ -98,8 +98,10 @@ void require_same_decode(const sr::Weights& sharded, const sr::Weights& single) 
 
 TEST_CASE("tensor-parallel greedy decoding equals the single process", "[tp]") {
   // Qwen3's q/k norms and Gemma's extra norms are replicated on every rank;
-  // Gemma 2's soft-caps are elementwise (attention per head, logits before the gather).
-  for (const char* model : {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"}) {
+  // Gemma 2's soft-caps are elementwise (attention per head, logits before the gather);
+  // Phi-3's fused qkv_proj and gate_up_proj are split into the model's
+  // projections at load, then sliced by heads and columns as any family's.
+  for (const char* model : {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}) {
     const sr::Weights single = decode(model, 1, false);
     // World 2 splits the 2 kv heads; world 4 replicates each on 2 ranks.
     for (auto [world, vocab_parallel] : {std::pair{2, false}, std::pair{4, true}}) {

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 MODELS = ("llama", "llama-bias", "mistral", "qwen2", "qwen2-nowindow", "qwen2-defaults", "qwen3",
-          "gemma2", "gemma3")
+          "gemma2", "gemma3", "phi3")
 MAX_NEW_TOKENS = 8
 IDS_LINE = re.compile(r"^[0-9]+(,[0-9]+)*$")
 

@@ -8,7 +8,7 @@ For each tiny random-weight model of MODELS (llama; llama with attention
 biases; mistral with a sliding window on every layer; qwen2 with full then
 sliding layers; qwen2 whose sliding_window is off; qwen2 on its class
 defaults; qwen3; gemma2 with soft-capping; gemma3 with a rope per layer
-type), seeded and fp32:
+type; phi3 with its projections fused on disk), seeded and fp32:
 
   OUT_DIR/<name>/config.json, model.safetensors   (save_pretrained)
   OUT_DIR/<name>/expected.safetensors  prompt_i int64 [len], generated_i int64 [8],
@@ -50,6 +50,8 @@ from transformers import (  # noqa: E402
     Gemma2ForCausalLM,
     Gemma3ForCausalLM,
     Gemma3TextConfig,
+    Phi3Config,
+    Phi3ForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
@@ -202,6 +204,14 @@ MODELS = {
         9,
         {"layer_types": DROP},
     ),
+    # Phi-3: Llama's layer with q/k/v and gate/up fused on disk, and a
+    # sliding_window that slides every layer.
+    "phi3": (
+        Phi3ForCausalLM,
+        Phi3Config(num_hidden_layers=2, sliding_window=SLIDING_WINDOW, **COMMON),
+        12,
+        {},
+    ),
 }
 # Models whose expected tokens come from full no-cache forward passes.
 NO_CACHE_GREEDY = {"llama-bias"}
@@ -216,6 +226,7 @@ EXPECTED_SLIDING = {
     "qwen3": [False, False, True, True],
     "gemma2": [True, False, True, False],
     "gemma3": [True] * 5 + [False],
+    "phi3": [True, True],
 }
 
 
@@ -307,7 +318,7 @@ def check_window_matters(name, model, model_class, prompt):
 def sliding_layers(model):
     """Which decoder layers transformers actually windows."""
     windows = [getattr(layer.self_attn, "sliding_window", None) for layer in model.model.layers]
-    if model.config.model_type == "mistral":
+    if model.config.model_type in ("mistral", "phi3"):  # the model's window, on every layer
         windows = [model.config.sliding_window] * len(windows)
     return [w is not None for w in windows]
 

@@ -101,10 +101,10 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 /// contradicts its own config. Rotary inv_freq buffers are derived, not
 /// weights.
 void check_unused(const std::string& dir, const Sources& sources,
-                  const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected,
-                  const ModelConfig& config, const LoadOptions& options) {
+                  const std::vector<DiskTensor>& expected, const ModelConfig& config,
+                  const LoadOptions& options) {
   std::set<std::string> used;
-  for (const auto& entry : expected) used.insert(entry.first);
+  for (const DiskTensor& entry : expected) used.insert(entry.name);
   std::vector<std::string> unused;
   for (const auto& [file, weights] : sources.tensors) {
     for (const auto& [name, tensor] : weights) {
@@ -128,6 +128,20 @@ void check_unused(const std::string& dir, const Sources& sources,
               " (LoadOptions::allow_unused_tensors accepts them)");
 }
 
+/// The model's parameters one stored tensor holds: itself, or row views of
+/// a projection fused on disk (disk_tensors).
+void add_parameters(Weights& found, const DiskTensor& stored, const at::Tensor& tensor) {
+  if (stored.parts.empty()) {
+    found[stored.name] = tensor;
+    return;
+  }
+  int64_t row = 0;
+  for (const auto& [name, rows] : stored.parts) {
+    found[name] = tensor.narrow(0, row, rows);
+    row += rows;
+  }
+}
+
 }  // namespace
 
 Checkpoint load_checkpoint(const std::string& dir, at::ScalarType dtype, at::Device device,
@@ -142,9 +156,11 @@ Checkpoint load_checkpoint(const std::string& dir, at::ScalarType dtype, at::Dev
   }
   const Sources sources = read_sources(dir);
   // Every check first; conversion (which may allocate a lot) only after.
-  const auto expected = expected_parameters(checkpoint.config);
+  const std::vector<DiskTensor> expected = disk_tensors(checkpoint.config);
   Weights found;
-  for (const auto& [name, shape] : expected) found[name] = find_parameter(sources, name, shape);
+  for (const DiskTensor& stored : expected) {
+    add_parameters(found, stored, find_parameter(sources, stored.name, stored.shape));
+  }
   check_unused(dir, sources, expected, checkpoint.config, options);
   // Only this rank's slices (views of the memory map) go on to be converted.
   const TpPlan plan = plan_tensor_parallel(checkpoint.config, options.tp);

@@ -16,6 +16,16 @@ namespace {
 
 using namespace detail;
 
+/// Every dimension of a head rotates: a partial_rotary_factor other than 1
+/// (Phi-4-mini's 0.75) is refused, naming `name`, as the decoder would
+/// rotate the whole head.
+void check_full_rotary(const std::string& path, const Json& object, const std::string& name) {
+  if (!has(object, "partial_rotary_factor")) return;
+  const double factor = as_double(path, object["partial_rotary_factor"], name);
+  TORCH_CHECK(factor == 1.0, path, ": expected field \"", name,
+              "\" to be 1 (the decoder rotates every dimension of a head) but got ", factor);
+}
+
 /// Rope fields from an object holding rope_type (or type), rope_theta and the
 /// llama3 factors: transformers 5's rope_parameters or the older rope_scaling.
 void read_rope(const std::string& path, const Json& object, const std::string& name,
@@ -36,6 +46,7 @@ void read_rope(const std::string& path, const Json& object, const std::string& n
               ": expected field \"", name,
               ".rope_type\" to be \"default\", \"linear\" or \"llama3\" but got \"", rope.type,
               "\"");
+  check_full_rotary(path, object, name + ".partial_rotary_factor");
   if (has(object, "rope_theta")) {
     rope.theta = as_double(path, object["rope_theta"], name + ".rope_theta");
   }
@@ -97,6 +108,7 @@ std::vector<LayerType> read_layer_types(const std::string& path, const Json& jso
 //   mistral  layer_types is ignored (transformers warns); sliding_window,
 //            when not null (absent means the class default 4096), applies
 //            to every layer.
+//   phi3     the same, but an absent sliding_window is none.
 //   qwen2,   the window exists only with use_sliding_window: true (else it
 //   qwen3    is null whatever sliding_window says); layer_types is applied
 //            as written, and when absent it is "sliding from layer
@@ -229,9 +241,9 @@ void read_sizes(const std::string& path, const Json& json, const FamilyDefaults&
   }
   config.max_position_embeddings =
       size_or(path, json, "max_position_embeddings", d.max_position_embeddings);
-  if (has(json, "rms_norm_eps")) {
-    config.rms_norm_eps = as_double(path, json["rms_norm_eps"], "rms_norm_eps");
-  }
+  config.rms_norm_eps = has(json, "rms_norm_eps")
+                            ? as_double(path, json["rms_norm_eps"], "rms_norm_eps")
+                            : d.rms_norm_eps;
   config.tie_word_embeddings = d.tie_word_embeddings;
   if (has(json, "tie_word_embeddings")) {
     config.tie_word_embeddings = as_bool(path, json["tie_word_embeddings"], "tie_word_embeddings");
@@ -344,6 +356,7 @@ ModelConfig load_config(const std::string& config_json_path) {
   } else {
     read_rope_fields(path, json, config.rope);
   }
+  check_full_rotary(path, json, "partial_rotary_factor");
   read_layers(path, json, family, config);
   const int64_t eos = family.defaults.eos_token_id;
   config.eos_token_ids =

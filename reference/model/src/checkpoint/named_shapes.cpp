@@ -158,6 +158,12 @@ ModelConfig named_config(const std::string& name) {
     config.query_pre_attn_scalar = 16;
     config.attn_logit_softcapping = 2.0;
     config.final_logit_softcapping = 6.0;
+  } else if (name == "tiny-phi3") {
+    config = tiny();
+    apply_family(family("phi3"), config);  // q/k/v and gate/up fused on disk
+    config.rms_norm_eps = 1e-5;
+    config.layer_types = all_sliding(config.num_hidden_layers);
+    config.sliding_window = 8;
   } else if (name == "gemma3-270m") {
     config = gemma3_270m();
   } else if (name == "smollm2-135m") {
@@ -177,8 +183,8 @@ ModelConfig named_config(const std::string& name) {
 }
 
 std::vector<std::string> named_config_names() {
-  return {"tiny",        "tiny-mistral", "tiny-qwen2",  "tiny-qwen3",   "tiny-gemma2",
-          "tiny-gemma3", "smollm2-135m", "gemma3-270m", "llama-3.2-1b", "llama-3.1-8b"};
+  return {"tiny",      "tiny-mistral", "tiny-qwen2",  "tiny-qwen3",   "tiny-gemma2", "tiny-gemma3",
+          "tiny-phi3", "smollm2-135m", "gemma3-270m", "llama-3.2-1b", "llama-3.1-8b"};
 }
 
 Weights random_weights(const ModelConfig& config, uint64_t seed, at::ScalarType dtype,

@@ -2,7 +2,10 @@
 // parameter names are spelled (the loader checks them, the model reads them).
 
 #include <statickv/model/checkpoint.hpp>
+#include <statickv/model/families.hpp>
 
+#include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -115,6 +118,64 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_parameters(
     out.push_back({kLmHead, {config.vocab_size, config.hidden_size}});
   }
   return out;
+}
+
+namespace {
+
+/// A group of one layer's parameters stored as one tensor, rows in order.
+struct FusedGroup {
+  const char* suffix;
+  std::vector<LayerParam> parts;
+};
+
+const std::vector<FusedGroup>& fused_groups() {
+  static const std::vector<FusedGroup> groups = {
+      {"self_attn.qkv_proj.weight", {LayerParam::kQProj, LayerParam::kKProj, LayerParam::kVProj}},
+      {"mlp.gate_up_proj.weight", {LayerParam::kGateProj, LayerParam::kUpProj}},
+  };
+  return groups;
+}
+
+/// `tensors` with each layer's group members replaced, where the first
+/// stood, by one tensor of the group's rows.
+std::vector<DiskTensor> fuse(const ModelConfig& config, const std::vector<DiskTensor>& tensors) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const DiskTensor& t : tensors) shapes[t.name] = t.shape;
+  std::map<std::string, DiskTensor> fused_at;  // a group's first member -> the group's tensor
+  std::set<std::string> absorbed;              // the other members
+  for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
+    for (const FusedGroup& group : fused_groups()) {
+      const std::string first = parameter_name(layer, group.parts.front());
+      DiskTensor fused{"model.layers." + std::to_string(layer) + "." + group.suffix,
+                       {0, shapes.at(first)[1]},
+                       {}};
+      for (LayerParam param : group.parts) {
+        const std::string name = parameter_name(layer, param);
+        fused.shape[0] += shapes.at(name)[0];
+        fused.parts.push_back({name, shapes.at(name)[0]});
+        if (name != first) absorbed.insert(name);
+      }
+      fused_at[first] = fused;
+    }
+  }
+  std::vector<DiskTensor> out;
+  for (const DiskTensor& t : tensors) {
+    if (auto it = fused_at.find(t.name); it != fused_at.end()) {
+      out.push_back(it->second);
+    } else if (absorbed.count(t.name) == 0) {
+      out.push_back(t);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<DiskTensor> disk_tensors(const ModelConfig& config) {
+  std::vector<DiskTensor> out;
+  for (auto& [name, shape] : expected_parameters(config)) out.push_back({name, shape, {}});
+  if (family(config.model_type).disk == DiskLayout::kSeparate) return out;
+  return fuse(config, out);
 }
 
 }  // namespace statickv::reference

@@ -19,8 +19,9 @@
 
 namespace statickv::reference {
 
-/// Reads a Hugging Face config.json (llama, mistral, qwen2, qwen3, gemma2
-/// and gemma3_text model types, docs/checkpoints.md;
+/// Reads a Hugging Face config.json (llama, mistral, qwen2, qwen3, gemma2,
+/// gemma3_text and phi3 model types: the families table, families.hpp,
+/// docs/checkpoints.md;
 /// rope_parameters or the older rope_theta/rope_scaling fields). Fields are
 /// read as transformers' config class of that model type reads them: an
 /// absent field takes that class's default, and layer types follow Note
@@ -68,6 +69,23 @@ std::vector<std::pair<LayerParam, std::vector<int64_t>>> layer_parameters(
 /// Every parameter the model needs, with its shape, in a stable order.
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_parameters(
     const ModelConfig& config);
+
+/// One tensor as a checkpoint stores it: its name and shape and, when it
+/// holds several of the model's parameters stacked along dimension 0 (a
+/// projection fused on disk), each one's name and row count in order
+/// (empty: the tensor is the parameter `name` itself).
+struct DiskTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<std::pair<std::string, int64_t>> parts;
+};
+
+/// The disk-name map: the tensors a checkpoint of `config` holds, as its
+/// family's DiskLayout (families.hpp) names them. expected_parameters(config)
+/// where the layout is kSeparate; with kFusedQkvGateUp each layer's q, k and
+/// v projections are one self_attn.qkv_proj and its gate and up one
+/// mlp.gate_up_proj.
+std::vector<DiskTensor> disk_tensors(const ModelConfig& config);
 
 /// Loads config.json and the safetensors weights of `dir`, checks every
 /// expected parameter is present with its shape, and returns the weights in

@@ -24,6 +24,7 @@ struct FamilyDefaults {
   int64_t vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads;
   int64_t num_key_value_heads, head_dim;
   int64_t max_position_embeddings;
+  double rms_norm_eps;
   int64_t eos_token_id;  ///< -1: none
   int64_t bos_token_id;  ///< -1: none
   bool tie_word_embeddings;
@@ -74,6 +75,15 @@ struct FamilyTraits {
   bool rope_per_layer_type;  ///< one rope per layer type (Gemma 3's rope_parameters)
 };
 
+/// How a checkpoint stores the projections: the disk-name map
+/// (disk_tensors, checkpoint.hpp).
+enum class DiskLayout {
+  kSeparate,  ///< q_proj, k_proj, v_proj, gate_proj and up_proj: the model's own names
+  /// self_attn.qkv_proj (q, k then v rows) and mlp.gate_up_proj (gate then
+  /// up rows), read as row views of the model's parameters (phi3).
+  kFusedQkvGateUp,
+};
+
 /// Gemma's math: (1 + weight) norms in float32, four norms a layer, scaled
 /// embeddings, query_pre_attn_scalar (default 256) and the soft-caps.
 struct GemmaMath {
@@ -91,6 +101,7 @@ struct Family {
   FamilyLayers layers;
   FamilyTraits traits;
   GemmaMath gemma;
+  DiskLayout disk;
   std::vector<Refusal> refuses;
 };
 

@@ -1,6 +1,6 @@
 #pragma once
 // LlamaModel: a small, clean decoder of the Llama family and its relatives
-// (Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3) in LibTorch, driving the
+// (Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3, Phi-3) in LibTorch, driving the
 // caches end to end.
 //
 // Token embedding, RMSNorm, rotary embeddings in Hugging Face's rotate_half

@@ -1,6 +1,6 @@
 #pragma once
 // ModelConfig: the decoder architectures the reference decoder runs (Llama,
-// Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3), with the fields of a Hugging
+// Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3, Phi-3), with the fields of a Hugging
 // Face config.json that change the math (docs/checkpoints.md, "Model
 // families").
 //
@@ -48,7 +48,7 @@ enum class NormStyle {
 
 struct ModelConfig {
   /// A row of the families table (families.hpp): "llama", "mistral",
-  /// "qwen2", "qwen3", "gemma2" or "gemma3_text".
+  /// "qwen2", "qwen3", "gemma2", "gemma3_text" or "phi3".
   std::string model_type = "llama";
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
