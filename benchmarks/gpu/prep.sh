@@ -23,7 +23,7 @@
 #    exits 1 when it does not.
 #
 # Then send .devdeps/ along with the working tree to the GPU machine and run
-# `bash benchmarks/gpu/run_gpu.sh` there (docs/gpu.md).
+# `bash benchmarks/gpu/run_gpu.sh` there (benchmarks/gpu/README.md).
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"

@@ -3,7 +3,7 @@
 # builds what its stages run, checks each kernel statickv owns, runs the
 # [cuda] tests and the CUDA benchmarks in priority order, and leaves the
 # results under $OUT as it goes. A second attempt resumes where the first
-# stopped (docs/gpu.md "Resuming").
+# stopped (benchmarks/gpu/README.md "Resuming").
 #
 # On the GPU machine, from a copy of the working tree with the .devdeps/
 # that `bash benchmarks/gpu/prep.sh --hf-wheels 3.11,3.12,3.13` made on the

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The GPU run's stages (benchmarks/gpu/run_gpu.sh): each one's tier, its
 planned seconds, and the sources whose content decides its result, so a
-second attempt skips what a first one already measured (docs/gpu.md,
-"Resuming").
+second attempt skips what a first one already measured
+(benchmarks/gpu/README.md, "Resuming").
 
   stages.py manifest OUT                 writes the manifest prep.sh sends
                                          along: the commit and a hash of each
@@ -46,7 +46,7 @@ CUDA_TESTS = ["tests/CMakeLists.txt", "tests/cuda", "tests/support", "tests/supp
 HF = ["apps", "benchmarks/hf_compare.py", "benchmarks/hf_compare_parts"]
 
 # name: (tier, planned seconds, its own sources). Tiers are attempts
-# (docs/gpu.md): 1 fits the first attempt of 400 s with 60 s of slack (the
+# (benchmarks/gpu/README.md): 1 fits the first attempt of 400 s with 60 s of slack (the
 # build, the kernels checked, the [cuda] tests, the chained step with its
 # kernel inventory, the pick alone, compute-sanitizer on the new kernels);
 # 2 the second (the arms side by side, serving, context length, the

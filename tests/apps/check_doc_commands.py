@@ -1,5 +1,6 @@
-"""Every command README.md, BENCHMARKS.md and docs/*.md show names a program
-that exists and flags that program takes.
+"""Every command README.md, BENCHMARKS.md, the pages under docs/ and
+benchmarks/gpu/README.md show names a program that exists and flags that
+program takes.
 
 usage: check_doc_commands.py ROOT BUILD PYTHON
 
@@ -35,7 +36,8 @@ BARE = re.compile(r"^(statickv_bench_\w+|statickv-demo|statickv-serve)$")
 
 
 def doc_files(root):
-    return [root / "README.md", root / "BENCHMARKS.md", *sorted((root / "docs").glob("*.md"))]
+    return [root / "README.md", root / "BENCHMARKS.md", *sorted((root / "docs").rglob("*.md")),
+            root / "benchmarks" / "gpu" / "README.md"]
 
 
 def candidate_lines(text):

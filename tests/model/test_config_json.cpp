@@ -246,7 +246,7 @@ TEST_CASE("mistral ignores attention_bias: its projections have no biases", "[ch
   CHECK_FALSE(c.o_proj_bias);
 }
 
-// Note [layer types per model type] (reference/src/checkpoint.cpp): each
+// Note [layer types per model type] (reference/model/src/checkpoint/config_json.cpp): each
 // model type reads layer_types and sliding_window as transformers 5.24 does.
 TEST_CASE("llama ignores layer_types and sliding_window: every layer is full", "[checkpoint]") {
   TempDir tmp;

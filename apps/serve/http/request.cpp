@@ -241,7 +241,9 @@ void read_choices(const Body& body, ApiRequest& r) {
   }
   const auto alternatives = [&](const Body& v, const std::string& field) {
     const int64_t k = integer(v, field);
-    if (k < 0 || k > 20) refuse(field, "an integer 0..20", v);
+    if (k < 0 || k > reference::kMaxLogprobs) {
+      refuse(field, "an integer 0.." + std::to_string(reference::kMaxLogprobs), v);
+    }
     return k;
   };
   if (r.endpoint == Endpoint::kCompletions) {

@@ -21,8 +21,8 @@ SamplingHead::SamplingHead(const SamplingHeadOptions& options) : options_(option
   TORCH_CHECK(o.max_batch >= 1, "max_batch: expected >= 1 but got ", o.max_batch);
   TORCH_CHECK(o.vocab_size >= 1 && o.vocab_size <= (int64_t{1} << 24),
               "vocab_size: expected 1..2^24 (ids travel as float32) but got ", o.vocab_size);
-  TORCH_CHECK(o.max_logprobs >= 0 && o.max_logprobs <= 20, "max_logprobs: expected 0..20 but got ",
-              o.max_logprobs);
+  TORCH_CHECK(o.max_logprobs >= 0 && o.max_logprobs <= kMaxLogprobs, "max_logprobs: expected 0..",
+              kMaxLogprobs, " but got ", o.max_logprobs);
   TORCH_CHECK(o.max_bias >= 1, "max_bias: expected >= 1 but got ", o.max_bias);
   TORCH_CHECK(o.max_stop >= 1, "max_stop: expected >= 1 but got ", o.max_stop);
   const auto on = at::TensorOptions().device(o.device);

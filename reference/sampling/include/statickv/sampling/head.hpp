@@ -25,9 +25,9 @@ struct SamplingHeadOptions {
   int64_t max_batch = 1;
   int64_t vocab_size = 0;
   at::Device device = at::Device(at::kCPU);
-  int64_t max_logprobs = 20;  ///< widest top-N a row may ask (<= 20)
-  int64_t max_bias = 300;     ///< most logit-bias ids per row
-  int64_t max_stop = 16;      ///< most stop ids min_tokens masks per row
+  int64_t max_logprobs = kMaxLogprobs;  ///< widest top-N a row may ask (<= kMaxLogprobs)
+  int64_t max_bias = 300;               ///< most logit-bias ids per row
+  int64_t max_stop = 16;                ///< most stop ids min_tokens masks per row
   /// A pick is one fused kernel (penalties, greedy and sampled draws, log-
   /// probabilities, bookkeeping) on the CPU and, in a CUDA build, on CUDA;
   /// false: the tensor composition that computes the same, for tests and

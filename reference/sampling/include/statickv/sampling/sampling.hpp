@@ -40,13 +40,18 @@ struct Sampling {
   /// most likely alternatives.
   int64_t logprobs = -1;
 };
+/// The most alternatives a row may ask for at a position (`logprobs`,
+/// `prompt_logprobs`; OpenAI's top_logprobs limit): the one home of the
+/// bound the head, the Scheduler and statickv-serve's HTTP front refuse by.
+inline constexpr int64_t kMaxLogprobs = 20;
+
 /// Refuses, naming the argument, settings the head cannot take: a
 /// non-finite or negative temperature, top_p outside (0, 1], min_p outside
 /// [0, 1], a filter without sampling, a non-finite penalty or a repetition
 /// penalty <= 0, more logit-bias ids than `max_bias`, a repeated or
 /// out-of-vocabulary id, more alternatives than `max_logprobs`.
 void check_sampling(const Sampling& s, int64_t vocab_size, int64_t max_bias = 300,
-                    int64_t max_logprobs = 20);
+                    int64_t max_logprobs = kMaxLogprobs);
 
 /// One log-probability and the most likely alternatives at that position.
 struct TokenLogprob {
