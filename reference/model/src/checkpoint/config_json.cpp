@@ -326,18 +326,24 @@ void read_gemma3_rope(const std::string& path, const Json& json, ModelConfig& co
   config.sliding_rope = local;
 }
 
+/// `read()`, with the file's name put before the message of any c10::Error
+/// it raises (a check that does not know the file it reads from).
+template <typename Read>
+decltype(auto) in_file(const std::string& path, Read&& read) {
+  try {
+    return read();
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, path, ": ", e.what_without_backtrace());
+    throw;  // not reached
+  }
+}
+
 /// The row of config.json's model_type; an unknown type is refused naming
 /// the file and every known type.
 const Family& family_of(const std::string& path, const Json& json) {
   const std::string type =
       as_string(path, require(path, json, "model_type", "model_type"), "model_type");
-  const Family* found = nullptr;
-  try {
-    found = &family(type);
-  } catch (const c10::Error& e) {
-    TORCH_CHECK(false, path, ": ", e.what_without_backtrace());
-  }
-  return *found;
+  return *in_file(path, [&] { return &family(type); });
 }
 
 }  // namespace
@@ -362,11 +368,7 @@ ModelConfig load_config(const std::string& config_json_path) {
   config.eos_token_ids =
       read_eos(path, json, eos >= 0 ? std::vector<int64_t>{eos} : std::vector<int64_t>{});
   config.bos_token_id = int_or(path, json, "bos_token_id", family.defaults.bos_token_id, -1);
-  try {
-    config.validate();
-  } catch (const c10::Error& e) {
-    TORCH_CHECK(false, path, ": ", e.what_without_backtrace());
-  }
+  in_file(path, [&] { config.validate(); });
   return config;
 }
 
