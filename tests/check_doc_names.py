@@ -46,6 +46,17 @@ def pages(root):
     return [p for p in found if p.exists()]
 
 
+def prose_lines(page):
+    """(number, line) of each line of `page` outside fenced blocks (commands
+    and output samples: check_doc_commands.py reads them)."""
+    fenced = False
+    for number, line in enumerate(page.read_text().splitlines(), 1):
+        if FENCE.match(line):
+            fenced = not fenced
+        elif not fenced:
+            yield number, line
+
+
 def tracked(root):
     out = subprocess.run(["git", "-C", str(root), "ls-files"], capture_output=True, text=True,
                          check=True).stdout.split()
@@ -115,12 +126,7 @@ def main():
     files, names, tops = tracked(root)
     missing = []
     for page in pages(root):
-        fenced = False
-        for number, line in enumerate(page.read_text().splitlines(), 1):
-            if FENCE.match(line):
-                fenced = not fenced
-            if fenced or FENCE.match(line):
-                continue  # commands and output samples: check_doc_commands.py reads them
+        for number, line in prose_lines(page):
             tokens = INLINE.findall(line) + LINK.findall(line)
             for token in tokens:
                 path = candidate(token)

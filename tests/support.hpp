@@ -124,6 +124,29 @@ inline double tolerance(at::ScalarType dtype) {
   }
 }
 
+/// One unit in the last place of `dtype` near 1, relative: a kernel's one
+/// rounding to fp16 or bf16; in float32 a few units (sums in another
+/// order, a library's exp or tanh an ulp away).
+inline double unit_in_last_place(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kHalf:
+      return 1.0 / 1024;
+    case at::kBFloat16:
+      return 1.0 / 128;
+    default:
+      return 1e-6;
+  }
+}
+
+/// `got` has `want`'s shape and is within one unit of `dtype` of it, of each
+/// value and of the output's scale (1 + max |want|).
+inline bool within_units(const at::Tensor& got, const at::Tensor& want, at::ScalarType dtype) {
+  const at::Tensor g = got.to(at::kFloat), w = want.to(at::kFloat);
+  const double unit = unit_in_last_place(dtype);
+  const double scale = 1.0 + w.abs().max().item<double>();
+  return g.sizes() == w.sizes() && at::allclose(g, w, unit, unit * scale);
+}
+
 inline bool close(const at::Tensor& actual, const at::Tensor& expected, double tol) {
   const at::Tensor a = actual.to(at::kFloat);
   const at::Tensor e = expected.to(at::kFloat);

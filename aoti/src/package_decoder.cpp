@@ -13,6 +13,13 @@ namespace statickv::aoti {
 PackageDecoder::PackageDecoder(const std::string& package, Cache& cache)
     : path_(package), cache_(&cache) {
   ops::check_registered();
+  // The package reads and writes the buffers themselves (statickv::cache_write
+  // into device keys and values in the cache dtype): plain storage on the
+  // device, neither quantized nor offloaded.
+  TORCH_CHECK(cache.config().plain_storage() && !cache.config().host_offload,
+              "cache: expected kv_storage=compute and host_offload=0 for an AOTInductor package "
+              "(it reads and writes the buffers itself) but got kv_storage=",
+              to_string(cache.config().kv_storage), " host_offload=", cache.config().host_offload);
   TORCH_CHECK(std::filesystem::is_regular_file(package), "AOTInductor package ", package,
               ": no such file (build it with examples/aoti/export.py)");
   // The metadata is read from the archive alone, so a package for another

@@ -135,7 +135,9 @@ class Cache {
 
   /// Takes back the newest positions of rows 0..b-1 (speculative decoding's
   /// rejected drafts): every position >= new_lengths[r] of row r is dropped,
-  /// and seq_lengths[r] becomes min(seq_lengths[r], new_lengths[r]).
+  /// and seq_lengths[r] becomes new_lengths[r]. The checked forms (below)
+  /// refuse new_lengths[r] > seq_lengths[r], naming the row; unchecked
+  /// values past it change nothing (seq_lengths[r] becomes the minimum).
   /// new_lengths: int64 [b] on the cache's device, 1 <= b <= max_batch.
   /// Dropped slots are cleared as reset_rows clears them (Note [a reset row
   /// is a fresh row]): keys and values zeroed, slot positions -1, so a NaN

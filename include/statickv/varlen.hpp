@@ -99,7 +99,7 @@ inline VarlenRows varlen_rows(const at::Tensor& sane, int64_t b, int64_t view_le
 /// Everything one at::_flash_attention_forward call of the varlen path takes,
 /// plus what unpack_varlen needs to give back [b, heads, q, head_dim].
 struct VarlenArgs {
-  at::Tensor query;                  ///< [total_q, heads, head_dim], packed
+  at::Tensor query;                  ///< [b * q, heads, head_dim]: real tokens first (cum_seq_q)
   at::Tensor keys, values;           ///< [total_k, kv_heads, head_dim]
   at::Tensor cum_seq_q, cum_seq_k;   ///< int32 [b + 1]
   at::Tensor seqused_k;              ///< int32 [b]

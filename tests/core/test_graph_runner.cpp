@@ -1,6 +1,7 @@
 // ShapeBuckets and GraphRunner on the CPU: bucket policies, padding that
-// never touches a live row, bucketed outputs equal to unbucketed ones, and
-// stats. The same runner replays CUDA graphs on a GPU (test_cuda.cpp).
+// never touches a live row, bucketed outputs equal to unbucketed ones,
+// stats and the inputs a runner takes (input_count). The same runner replays
+// CUDA graphs on a GPU (test_cuda.cpp).
 
 #include "support.hpp"
 
@@ -260,4 +261,23 @@ TEST_CASE("GraphRunner rejects inputs that match no spec or bucket", "[runner][e
       {"size", "got 9"});
   CHECK(before.same_as(cache));
   require_error([] { GraphRunner r({}, nullptr, {}); }, {"inputs", "none"});
+}
+
+TEST_CASE("input_count is the number of input specs run takes", "[runner]") {
+  const GraphRunner::StepFn twice = [](const std::vector<at::Tensor>& in, const GraphKey&) {
+    return std::vector<at::Tensor>{in[0].mul(2)};
+  };
+  GraphRunner::Options options;
+  options.batch_buckets = ShapeBuckets::powers_of_two(4);
+  options.query_buckets = ShapeBuckets::powers_of_two(4);
+  const GraphRunner one({{"x", at::kFloat, {}, 0.0}}, twice, options);
+  CHECK(one.input_count() == 1);
+  GraphRunner two({{"x", at::kFloat, {3}, 0.0}, {"positions", at::kLong, {}, -1}}, twice, options);
+  CHECK(two.input_count() == 2);
+  const at::Tensor x = at::ones({1, 2, 3});
+  CHECK(at::equal(two.run({x, positions(1, {0, 1})})[0], x.mul(2)));
+  require_error([&] { two.run({x}); }, {"inputs", "2 tensors", "got 1"});
+  HybridCache cache(ConfigBuilder().max_batch(4));
+  const GraphRunner three(attention_step_inputs({}, at::kFloat), attention_step_fn(cache), options);
+  CHECK(three.input_count() == 3);
 }

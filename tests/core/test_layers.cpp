@@ -2,8 +2,9 @@
 // in a layer's buffer. The host slot_of() is the specification, checked
 // here against slot numbers listed by hand and computed independently;
 // slots_of() must be the same mapping on tensors; view_len, window and the
-// scratch slot follow the header's rules; a policy refuses a size it cannot
-// serve, naming it; make_layer_policy builds each type from a config.
+// scratch slot follow the header's rules; slot_ring is the modulus the
+// fused decode prepare may use; a policy refuses a size it cannot serve,
+// naming it; make_layer_policy builds each type from a config.
 
 #include "support.hpp"
 
@@ -159,4 +160,31 @@ TEST_CASE("a policy refuses a size it cannot serve, naming it", "[layers][errors
                 {"SlidingWindowLayer", "capacity in [1, max_len=8]", "got 9"});
   CHECK_NOTHROW(SlidingWindowLayer(/*window=*/2, /*capacity=*/8, /*max_len=*/8));
   CHECK_NOTHROW(FullAttentionLayer(1));
+}
+
+TEST_CASE("slot_ring is the modulus of slot_of for stored positions, or -1 for another mapping",
+          "[layers]") {
+  const FullAttentionLayer full(/*max_len=*/16);
+  const SlidingWindowLayer ring(/*window=*/4, /*capacity=*/6, /*max_len=*/16);
+  CHECK(full.slot_ring() == 0);  // p itself
+  CHECK(ring.slot_ring() == 6);  // p % capacity
+  for (int64_t p = 0; p < 16; ++p) {
+    INFO("position " << p);
+    CHECK(full.slot_of(p) == p);
+    CHECK(ring.slot_of(p) == p % ring.slot_ring());
+  }
+  // A policy whose mapping is not of that form keeps the default: -1.
+  struct Reversed final : LayerPolicy {
+    LayerType type() const override { return LayerType::kFull; }
+    int64_t capacity() const override { return 4; }
+    int64_t window() const override { return 0; }
+    int64_t view_len(int64_t) const override { return 4; }
+    int64_t slot_of(int64_t pos) const override { return pos >= 0 && pos < 4 ? 3 - pos : 4; }
+    at::Tensor slots_of(const at::Tensor& pos) const override {
+      return at::where(pos.ge(0), pos.neg().add(3), 4);
+    }
+  };
+  const Reversed reversed;
+  CHECK(reversed.slot_ring() == -1);
+  CHECK(reversed.slot_of(0) == 3);  // indeed neither p nor p % anything
 }

@@ -1,6 +1,7 @@
-// rotary_update() (rotary.hpp) on the CPU: the fused rotary write equals
-// apply_rotary() then update() on the same steps, whole buffers compared
-// (scratch slot included), and it refuses bad input before writing.
+// rotary.hpp on the CPU: apply_rotary() against values worked out by hand
+// and the rotation's invariants; the fused rotary write rotary_update()
+// equals apply_rotary() then update() on the same steps, whole buffers
+// compared (scratch slot included), and it refuses bad input before writing.
 
 #include "support.hpp"
 #include "support/rotary.hpp"
@@ -13,6 +14,36 @@ namespace {
 const at::ScalarType kDtypes[] = {at::kFloat, at::kHalf, at::kBFloat16};
 
 }  // namespace
+
+TEST_CASE("apply_rotary is x * cos + rotate_half(x) * sin, worked out by hand", "[rotary]") {
+  // head_dim 4: rotate_half((x0, x1, x2, x3)) = (-x2, -x3, x0, x1).
+  const at::Tensor x = at::tensor({1.0f, 2.0f, 3.0f, 4.0f}).view({1, 1, 1, 4});
+  const at::Tensor cos = at::tensor({0.5f, 0.25f, 0.5f, 0.25f}).view({1, 1, 1, 4});
+  const at::Tensor sin = at::tensor({2.0f, 3.0f, 2.0f, 3.0f}).view({1, 1, 1, 4});
+  const at::Tensor expected = at::tensor(
+      {1 * 0.5f - 3 * 2.0f, 2 * 0.25f - 4 * 3.0f, 3 * 0.5f + 1 * 2.0f, 4 * 0.25f + 2 * 3.0f});
+  CHECK(at::equal(apply_rotary(x, cos, sin), expected.view({1, 1, 1, 4})));
+}
+
+TEST_CASE("apply_rotary rotates each pair of halves, broadcasting cos and sin over heads",
+          "[rotary]") {
+  at::manual_seed(5);
+  const at::Tensor x = at::randn({2, kHeads, 3, kDim});
+  const at::Tensor theta = at::rand({2, 1, 3, kDim / 2}).mul(6.0);
+  const at::Tensor cos = at::cat({theta.cos(), theta.cos()}, -1);
+  const at::Tensor sin = at::cat({theta.sin(), theta.sin()}, -1);
+  const at::Tensor out = apply_rotary(x, cos, sin);
+  REQUIRE(out.sizes() == x.sizes());
+  // (x_i, x_{i + half}) turns by theta_i: its length is kept.
+  const auto pair_norm = [](const at::Tensor& t) {
+    return t.narrow(-1, 0, kDim / 2).square().add(t.narrow(-1, kDim / 2, kDim / 2).square());
+  };
+  CHECK(at::allclose(pair_norm(out), pair_norm(x), 1e-5, 1e-5));
+  // Turning back by -theta gives x again; theta = 0 leaves x exactly as it is.
+  CHECK(at::allclose(apply_rotary(out, cos, sin.neg()), x, 1e-5, 1e-5));
+  CHECK(at::equal(apply_rotary(x, at::ones_like(cos), at::zeros_like(sin)), x));
+  CHECK_FALSE(at::allclose(out, x));
+}
 
 TEST_CASE("rotary_update equals apply_rotary then update on ragged rows with padding", "[rotary]") {
   for (at::ScalarType dtype : kDtypes) {

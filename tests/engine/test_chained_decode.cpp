@@ -1,6 +1,7 @@
 // Note [chained step]: the chained decode step is the decoding loop's step.
 // Its tokens are Generator's, its buffers never move, a rewound chain
-// repeats itself, and what it cannot do it refuses by name.
+// repeats itself, its body is one step on its own cache, and what it
+// cannot do it refuses by name.
 
 #include "support.hpp"
 
@@ -105,4 +106,32 @@ TEST_CASE("a chain refuses bad options and a step past its cache by name", "[mod
   require_error([&] { chain.step(); }, {"step", "at most 2", "step 3"});
   chain.rewind();
   chain.step();  // rewound: the chain starts again
+}
+
+TEST_CASE("body runs one step as step does, on the chain's own cache of prompt + steps positions",
+          "[model][chained]") {
+  const LlamaModel model = chained_model("tiny");
+  const ChainedOptions o = chained_options(DecodePath::kFused, 2);
+  ChainedDecode chain(model, o);
+  CHECK(chain.cache().config().max_batch == o.batch);
+  CHECK(chain.cache().config().max_len == chain.attend());
+  CHECK(chain.cache().seq_lengths()[1].item<int64_t>() == o.prompt);  // prefilled
+  const auto stepped = chained_tokens(chain);
+  CHECK(chain.cache().seq_lengths()[1].item<int64_t>() == o.prompt + o.steps);
+  chain.rewind();
+  const std::function<void()> body = chain.body();
+  std::vector<std::vector<int64_t>> by_body(2);
+  for (int64_t i = 0; i <= o.steps; ++i) {
+    if (i > 0) {
+      OpCounter counter;
+      body();
+      CHECK(counter.syncs() == 0);  // no host value: a capture of one's own can take it
+      CHECK(counter.host_copies() == 0);
+    }
+    const at::Tensor ids = chain.ids().cpu();
+    for (int64_t r = 0; r < 2; ++r)
+      by_body[static_cast<size_t>(r)].push_back(ids[r][0].item<int64_t>());
+  }
+  CHECK(by_body == stepped);
+  CHECK(chain.positions()[0][0].item<int64_t>() == o.prompt + o.steps);
 }

@@ -1,6 +1,7 @@
 // The reference decoder driving the caches: incremental decode through
 // StaticCache, HybridCache and DynamicCache equals one full forward without a
-// cache; greedy tokens agree across caches; generation options behave.
+// cache; greedy tokens agree across caches; generation options behave; a
+// session's runner statistics are its totals.
 
 #include "support.hpp"
 #include "support/generation.hpp"
@@ -533,4 +534,41 @@ TEST_CASE("the rope table gives the computed rope's logits in fewer launches", "
     // Per rope: one gather instead of the product, cos and sin.
     CHECK(computed - tabled == (c.sliding_rope ? 4 : 2));
   }
+}
+
+TEST_CASE("decode_stats holds the session's decode or verification steps, none without buckets",
+          "[model][runner]") {
+  const LlamaModel model = make_model("tiny");
+  const std::vector<std::vector<int64_t>> prompts = {{5, 9, 14}, {11, 4}};
+  GenerateOptions options;
+  options.max_new_tokens = 5;
+  options.stop_at_eos = false;
+  Generator session(model, options, /*max_batch=*/4, /*max_len=*/32);
+  CHECK(session.decode_stats().keys.empty());  // nothing ran yet
+  const GenerateResult first = session.generate(prompts);
+  // The first token comes from the prefill: 4 decode steps of 2 rows in
+  // batch bucket 2, attending max_len (the only attend bucket below 64).
+  RunnerStats decode = session.decode_stats();
+  CHECK(decode.eager_runs == 4);
+  REQUIRE(decode.keys.size() == 1);
+  CHECK(decode.keys[0].key == GraphKey{2, 1, 32});
+  CHECK(decode.keys[0].runs == 4);
+  CHECK(first.decode_runner.eager_runs == 4);
+  session.generate(prompts, /*max_new_tokens=*/3);
+  decode = session.decode_stats();  // the session's totals
+  CHECK(decode.eager_runs == 4 + 2);
+  CHECK(decode.keys[0].runs == 6);
+  CHECK(decode.replays == 0);  // the CPU runs its buckets eagerly
+  options.bucketed = false;
+  Generator eager(model, options, 4, 32);
+  eager.generate(prompts);
+  CHECK(eager.decode_stats().keys.empty());
+  CHECK(eager.decode_stats().eager_runs == 0);
+  // Speculating, the decode steps are verification steps of speculate + 1 tokens.
+  options.bucketed = true;
+  options.speculate = 2;
+  Generator speculating(model, options, 4, 32);
+  speculating.generate(prompts);
+  REQUIRE_FALSE(speculating.decode_stats().keys.empty());
+  for (const KeyStats& k : speculating.decode_stats().keys) CHECK(k.key.query_len == 3);
 }

@@ -2,10 +2,13 @@
 // copy per Scheduler step, log-probabilities and prompt log-probabilities
 // through a Scheduler, speculation's refusals of what only the head does,
 // verification inside the verification step, and picks inside the
-// runners' steps equal to picks after them. The head alone is
+// runners' steps equal to picks after them; the settings a request may
+// ask for (check_sampling) and a draft model's distributions as
+// verification takes them (draft_distributions). The head alone is
 // tests/sampling/test_head.cpp.
 
 #include "support/generation.hpp"
+#include "support/sampling.hpp"
 
 #include <statickv/engine/engine.hpp>
 #include <statickv/engine/generator.hpp>
@@ -14,6 +17,8 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include <functional>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -307,4 +312,105 @@ TEST_CASE("head_in_step needs bucketed runners and a head, naming both", "[sampl
   e.max_len = 64;
   e.head_in_step = true;
   require_error([&] { Engine engine(model, e); }, {"head_in_step", "SamplingHead"});
+}
+
+namespace {
+
+/// One setting check_sampling refuses, and the field it must name.
+struct Refused {
+  const char* field;
+  std::function<void(Sampling&)> set;
+  const char* says;
+};
+
+}  // namespace
+
+TEST_CASE("check_sampling takes every stage's settings and their bounds", "[sampling]") {
+  for (const Sampling& s : test::every_sampling_setting()) CHECK_NOTHROW(check_sampling(s, 256));
+  Sampling edge;
+  edge.temperature = 0.5;
+  edge.top_p = 1.0, edge.min_p = 1.0, edge.repetition_penalty = 0.01;
+  edge.logprobs = kMaxLogprobs;
+  edge.logit_bias = {{0, -100.0}, {255, 100.0}};
+  CHECK_NOTHROW(check_sampling(edge, 256, /*max_bias=*/2));
+  edge.logprobs = 3;
+  CHECK_NOTHROW(check_sampling(edge, 256, 2, /*max_logprobs=*/3));
+}
+
+TEST_CASE("check_sampling refuses what the head cannot take, naming the field",
+          "[sampling][errors]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<Refused> cases = {
+      {"temperature", [](Sampling& s) { s.temperature = -0.5; }, ">= 0"},
+      {"temperature", [=](Sampling& s) { s.temperature = nan; }, "finite"},
+      {"top_k", [](Sampling& s) { s.temperature = 1, s.top_k = -1; }, ">= 0"},
+      {"top_k", [](Sampling& s) { s.top_k = 5; }, "without sampling"},
+      {"top_p", [](Sampling& s) { s.temperature = 1, s.top_p = 0.0; }, "(0, 1]"},
+      {"top_p", [](Sampling& s) { s.temperature = 1, s.top_p = 1.5; }, "(0, 1]"},
+      {"top_p", [](Sampling& s) { s.top_p = 0.9; }, "without sampling"},
+      {"min_p", [](Sampling& s) { s.temperature = 1, s.min_p = -0.1; }, "[0, 1]"},
+      {"min_p", [](Sampling& s) { s.min_p = 0.1; }, "without sampling"},
+      {"repetition_penalty", [](Sampling& s) { s.repetition_penalty = 0.0; }, "> 0"},
+      {"repetition_penalty", [=](Sampling& s) { s.repetition_penalty = inf; }, "finite"},
+      {"presence_penalty", [=](Sampling& s) { s.presence_penalty = inf; }, "finite"},
+      {"frequency_penalty", [=](Sampling& s) { s.frequency_penalty = nan; }, "finite"},
+      {"logit_bias",
+       [](Sampling& s) {
+         s.logit_bias = {{1, 1.0}, {2, 1.0}, {3, 1.0}};
+       },
+       "at most 2"},
+      {"logit_bias",
+       [](Sampling& s) {
+         s.logit_bias = {{64, 1.0}};
+       },
+       "vocab_size=64"},
+      {"logit_bias",
+       [](Sampling& s) {
+         s.logit_bias = {{-1, 1.0}};
+       },
+       "[0, vocab_size=64)"},
+      {"logit_bias",
+       [](Sampling& s) {
+         s.logit_bias = {{4, 1.0}, {4, 2.0}};
+       },
+       "twice"},
+      {"logit_bias",
+       [=](Sampling& s) {
+         s.logit_bias = {{4, inf}};
+       },
+       "finite"},
+      {"min_tokens", [](Sampling& s) { s.min_tokens = -1; }, ">= 0"},
+      {"logprobs", [](Sampling& s) { s.logprobs = 4; }, "0..3"},
+      {"logprobs", [](Sampling& s) { s.logprobs = -2; }, "-1 (none)"},
+  };
+  for (const Refused& c : cases) {
+    Sampling s;
+    c.set(s);
+    INFO(c.field << ": " << c.says);
+    test::require_field_error([&] { check_sampling(s, 64, /*max_bias=*/2, /*max_logprobs=*/3); },
+                              c.field, {c.field, c.says});
+  }
+  Sampling wide;
+  wide.logprobs = kMaxLogprobs + 1;  // the default bound is kMaxLogprobs
+  test::require_field_error([&] { check_sampling(wide, 64); }, "logprobs", {"0..20"});
+}
+
+TEST_CASE("draft_distributions stacks each pass's q as draft t, zeros past the last pass",
+          "[sampling][speculative]") {
+  CHECK_FALSE(draft_distributions({}, 3).defined());  // no pass: every draft a point mass
+  const at::Tensor q0 = at::softmax(at::randn({2, 5}), -1);
+  const at::Tensor q1 = at::softmax(at::randn({2, 5}), -1);
+  const at::Tensor q = draft_distributions({q0, q1}, 3);
+  REQUIRE(q.sizes() == at::IntArrayRef({2, 3, 5}));
+  CHECK(q.scalar_type() == q0.scalar_type());
+  CHECK(at::equal(q.select(1, 0), q0));
+  CHECK(at::equal(q.select(1, 1), q1));
+  CHECK(at::equal(q.select(1, 2), at::zeros({2, 5})));
+  CHECK(at::equal(draft_distributions({q0, q1}, 2), at::stack({q0, q1}, 1)));
+  statickv::test::require_error(
+      [&] {
+        draft_distributions({q0, q1}, 1);
+      },
+      {"qs", "at most k=1", "got 2"});
 }

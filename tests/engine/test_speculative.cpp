@@ -3,7 +3,7 @@
 // the target's: a chi-square test), and Generator with speculation, whose
 // greedy tokens equal plain greedy decoding for static and hybrid caches,
 // ragged batches, stop tokens, both drafting modes and bucketed or eager
-// steps.
+// steps; a draft model is checked against its target by name.
 
 #include "support.hpp"
 #include "support/generation.hpp"
@@ -494,4 +494,26 @@ TEST_CASE("speculation options are checked by name before anything runs", "[spec
   options.speculate = 2;
   options.draft_model = &small;
   require_error([&] { Generator(model, options, 2, 64); }, {"draft_model", "vocab_size=128"});
+}
+
+TEST_CASE("check_draft_model passes no draft or a fitting one and refuses the rest naming it",
+          "[speculative][errors]") {
+  const LlamaModel target = make_model("tiny");
+  const LlamaModel draft = make_model("tiny-qwen3", 9);  // another model, the same vocabulary
+  CHECK_NOTHROW(check_draft_model(target, nullptr, 0));
+  CHECK_NOTHROW(check_draft_model(target, nullptr, 3));
+  CHECK_NOTHROW(check_draft_model(target, &draft, 1));
+  require_error([&] { check_draft_model(target, &draft, 0); },
+                {"draft_model", "speculate >= 1", "speculate=0"});
+  require_error([&] { check_draft_model(target, &draft, -3); }, {"got speculate=-3"});
+  ModelConfig other = named_config("tiny");
+  other.vocab_size = 64;
+  const LlamaModel small(other, random_weights(other, 1, at::kFloat, at::kCPU));
+  require_error([&] { check_draft_model(target, &small, 2); },
+                {"draft_model", "vocab_size=128", "got 64"});
+  // A draft on another device (meta: no data) than the target's.
+  const ModelConfig config = named_config("tiny");
+  const LlamaModel elsewhere(config, random_weights(config, 1, at::kFloat, at::kMeta));
+  require_error([&] { check_draft_model(target, &elsewhere, 2); },
+                {"draft_model", "device cpu", "meta"});
 }

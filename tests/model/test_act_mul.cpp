@@ -22,28 +22,9 @@ at::Tensor two_ops(const at::Tensor& gate_up, Activation act) {
   return a.mul(gate_up.narrow(-1, inter, inter));
 }
 
-// One unit in the last place of `dtype` near 1 (relative): exp and tanh
-// differ between libraries by a float32 ulp or two, which a rounding to
-// fp16 or bf16 rarely shows and never by more than one unit. In float32
-// itself GELU's 1 + tanh(.) cancels for negative inputs, which magnifies a
-// tanh ulp: a few float32 units of the output's scale.
-double ulps(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kHalf:
-      return 1.0 / 1024;
-    case at::kBFloat16:
-      return 1.0 / 128;
-    default:
-      return 1e-6;
-  }
-}
-
-// |got - want| within `ulps` of each value, plus `ulps` of the output's scale.
-bool within_units(const at::Tensor& got, const at::Tensor& want, at::ScalarType dtype) {
-  const at::Tensor g = got.to(at::kFloat), w = want.to(at::kFloat);
-  const double scale = 1.0 + w.abs().max().item<double>();
-  return at::allclose(g, w, ulps(dtype), ulps(dtype) * scale);
-}
+// Tolerance: test::within_units, one unit of the dtype. In float32 GELU's
+// 1 + tanh(.) cancels for negative inputs, which magnifies a tanh ulp: a few
+// float32 units of the output's scale, which the unit at that scale covers.
 
 }  // namespace
 
@@ -95,4 +76,28 @@ TEST_CASE("act_mul refuses what it cannot take, by name", "[act_mul]") {
         act_mul(at::ones({2, 4}, at::kLong), Activation::kSilu);
       },
       {"act_mul gate_up", "bfloat16", "Long"});
+}
+
+TEST_CASE("apply_activation is SiLU or the tanh-approximated GELU of the gate alone", "[act_mul]") {
+  at::manual_seed(5);
+  const at::Tensor gate = at::randn({3, 33}).mul(4);
+  // x * sigmoid(x), and 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+  const at::Tensor silu = gate.mul(gate.sigmoid());
+  const at::Tensor inner = gate.add(gate.pow(3).mul(0.044715)).mul(std::sqrt(2.0 / M_PI));
+  const at::Tensor gelu = gate.mul(0.5).mul(inner.tanh().add(1));
+  const at::Tensor got_silu = apply_activation(gate, Activation::kSilu);
+  const at::Tensor got_gelu = apply_activation(gate, Activation::kGeluTanh);
+  CHECK(got_silu.sizes() == gate.sizes());
+  CHECK(close(got_silu, silu, 1e-5));
+  CHECK(close(got_gelu, gelu, 1e-5));
+  CHECK_FALSE(close(got_gelu, silu, 1e-2));
+  // In the gate's dtype; act_mul is it times the up half.
+  const at::Tensor half = gate.to(at::kHalf);
+  CHECK(apply_activation(half, Activation::kGeluTanh).scalar_type() == at::kHalf);
+  const at::Tensor gate_up = at::cat({gate, at::randn({3, 33})}, -1);
+  for (Activation act : {Activation::kSilu, Activation::kGeluTanh}) {
+    const at::Tensor want =
+        apply_activation(gate_up.narrow(-1, 0, 33), act).mul(gate_up.narrow(-1, 33, 33));
+    CHECK(within_units(act_mul(gate_up, act), want, at::kFloat));
+  }
 }

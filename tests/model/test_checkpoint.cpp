@@ -1,14 +1,19 @@
 // Checkpoint directories (load_checkpoint): single file and sharded, dtype
 // conversion, tied heads, tensors the model does not read, and the errors for
-// each kind of broken checkpoint, naming the file and the tensor.
+// each kind of broken checkpoint, naming the file and the tensor; the
+// parameter-name table, the disk-name map, generation_config.json's eos ids
+// and the list of named shapes.
 
 #include "checkpoint_files.hpp"
 
 #include <statickv/model/checkpoint.hpp>
 #include <statickv/model/prompt_cache.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <string>
 
 using namespace statickv;
@@ -385,4 +390,128 @@ TEST_CASE("a missing shard file named in the index is named", "[checkpoint]") {
   fs::remove(tmp.file(kShard2));
   require_error([&] { load_checkpoint(tmp.dir(), at::kFloat, at::kCPU); },
                 {"model.safetensors.index.json", tmp.file(kShard2)});
+}
+
+// ---------------------------------------------------------------------------
+// The parameter-name table, the disk-name map, generation_config.json
+
+TEST_CASE("parameter_name spells Hugging Face's decoder-layer names", "[checkpoint]") {
+  CHECK(parameter_name(0, LayerParam::kInputNorm) == "model.layers.0.input_layernorm.weight");
+  CHECK(parameter_name(3, LayerParam::kQProj) == "model.layers.3.self_attn.q_proj.weight");
+  CHECK(parameter_name(1, LayerParam::kVBias) == "model.layers.1.self_attn.v_proj.bias");
+  CHECK(parameter_name(1, LayerParam::kOBias) == "model.layers.1.self_attn.o_proj.bias");
+  CHECK(parameter_name(12, LayerParam::kPostNorm) ==
+        "model.layers.12.post_attention_layernorm.weight");
+  CHECK(parameter_name(2, LayerParam::kDownProj) == "model.layers.2.mlp.down_proj.weight");
+  CHECK(parameter_name(0, LayerParam::kKNorm) == "model.layers.0.self_attn.k_norm.weight");
+  CHECK(parameter_name(0, LayerParam::kPreFfnNorm) ==
+        "model.layers.0.pre_feedforward_layernorm.weight");
+  CHECK(parameter_name(0, LayerParam::kPostFfnNorm) ==
+        "model.layers.0.post_feedforward_layernorm.weight");
+}
+
+TEST_CASE("layer_parameters lists one layer's parameters with the shapes its switches add",
+          "[checkpoint]") {
+  ModelConfig c = named_config("tiny");  // hidden 64, 4 heads, 2 kv heads of 16, 128 columns
+  const auto shape_of = [&](LayerParam p) {
+    for (const auto& [param, shape] : layer_parameters(c)) {
+      if (param == p) return shape;
+    }
+    return std::vector<int64_t>{};  // absent
+  };
+  CHECK(layer_parameters(c).size() == 9);
+  CHECK(shape_of(LayerParam::kQProj) == std::vector<int64_t>{64, 64});
+  CHECK(shape_of(LayerParam::kKProj) == std::vector<int64_t>{32, 64});
+  CHECK(shape_of(LayerParam::kOProj) == std::vector<int64_t>{64, 64});
+  CHECK(shape_of(LayerParam::kGateProj) == std::vector<int64_t>{128, 64});
+  CHECK(shape_of(LayerParam::kDownProj) == std::vector<int64_t>{64, 128});
+  CHECK(shape_of(LayerParam::kQBias).empty());
+  c.attention_bias = c.o_proj_bias = c.qk_norm = c.sandwich_norms = true;
+  CHECK(layer_parameters(c).size() == 9 + 4 + 2 + 2);
+  CHECK(shape_of(LayerParam::kVBias) == std::vector<int64_t>{32});
+  CHECK(shape_of(LayerParam::kOBias) == std::vector<int64_t>{64});
+  CHECK(shape_of(LayerParam::kQNorm) == std::vector<int64_t>{16});
+  CHECK(shape_of(LayerParam::kPostFfnNorm) == std::vector<int64_t>{64});
+}
+
+TEST_CASE("expected_parameters is the embedding, every layer's parameters, the norm and the head",
+          "[checkpoint]") {
+  for (bool tied : {false, true}) {
+    ModelConfig c = named_config("tiny-qwen3");
+    c.tie_word_embeddings = tied;
+    const auto all = expected_parameters(c);
+    const auto layer = layer_parameters(c);
+    REQUIRE(all.size() == 2 + layer.size() * 2 + (tied ? 0 : 1));
+    CHECK(all.front().first == kEmbedTokens);
+    CHECK(all.front().second == std::vector<int64_t>{128, 64});
+    for (int64_t l = 0; l < 2; ++l) {
+      for (size_t i = 0; i < layer.size(); ++i) {
+        const auto& [name, shape] = all[1 + static_cast<size_t>(l) * layer.size() + i];
+        CHECK(name == parameter_name(l, layer[i].first));
+        CHECK(shape == layer[i].second);
+      }
+    }
+    CHECK(all[1 + 2 * layer.size()].first == kFinalNorm);
+    CHECK((all.back().first == kLmHead) == !tied);
+  }
+}
+
+TEST_CASE("disk_tensors is expected_parameters, or q/k/v and gate/up fused for phi3",
+          "[checkpoint]") {
+  const ModelConfig llama = named_config("tiny");
+  const auto separate = disk_tensors(llama);
+  const auto expected = expected_parameters(llama);
+  REQUIRE(separate.size() == expected.size());
+  for (size_t i = 0; i < separate.size(); ++i) {
+    CHECK(separate[i].name == expected[i].first);
+    CHECK(separate[i].shape == expected[i].second);
+    CHECK(separate[i].parts.empty());
+  }
+  const ModelConfig phi3 = named_config("tiny-phi3");
+  const auto fused = disk_tensors(phi3);
+  CHECK(fused.size() == expected_parameters(phi3).size() - 3 * 2);  // 5 tensors -> 2, per layer
+  std::map<std::string, DiskTensor> by_name;
+  for (const DiskTensor& t : fused) by_name[t.name] = t;
+  CHECK(by_name.count(parameter_name(0, LayerParam::kQProj)) == 0);
+  const DiskTensor& qkv = by_name.at("model.layers.1.self_attn.qkv_proj.weight");
+  CHECK(qkv.shape == std::vector<int64_t>{64 + 32 + 32, 64});
+  REQUIRE(qkv.parts.size() == 3);
+  CHECK(qkv.parts[0] == std::make_pair(parameter_name(1, LayerParam::kQProj), int64_t{64}));
+  CHECK(qkv.parts[2] == std::make_pair(parameter_name(1, LayerParam::kVProj), int64_t{32}));
+  const DiskTensor& gate_up = by_name.at("model.layers.0.mlp.gate_up_proj.weight");
+  CHECK(gate_up.shape == std::vector<int64_t>{256, 64});
+  REQUIRE(gate_up.parts.size() == 2);
+  CHECK(gate_up.parts[1] == std::make_pair(parameter_name(0, LayerParam::kUpProj), int64_t{128}));
+  CHECK(by_name.at(kEmbedTokens).parts.empty());
+}
+
+TEST_CASE("load_generation_eos reads an id, a list or null, else keeps the fallback",
+          "[checkpoint]") {
+  TempDir tmp;
+  const std::string path = tmp.file("generation_config.json");
+  const auto eos = [&](const std::string& text) {
+    write_text(path, text);
+    return load_generation_eos(path, {7});
+  };
+  CHECK(eos(R"({"eos_token_id": 2})") == std::vector<int64_t>{2});
+  CHECK(eos(R"({"eos_token_id": [128001, 128009]})") == std::vector<int64_t>{128001, 128009});
+  CHECK(eos(R"({"eos_token_id": null})").empty());
+  CHECK(eos(R"({"bos_token_id": 1, "do_sample": true})") == std::vector<int64_t>{7});
+  require_error([&] { eos(R"({"eos_token_id": "two"})"); },
+                {"generation_config.json", "eos_token_id"});
+  require_error([&] { load_generation_eos(tmp.file("absent.json"), {}); }, {"absent.json"});
+}
+
+TEST_CASE("named_config_names lists each named shape once, every one valid", "[checkpoint]") {
+  const std::vector<std::string> names = named_config_names();
+  CHECK(std::set<std::string>(names.begin(), names.end()).size() == names.size());
+  for (const char* name :
+       {"tiny", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3",
+        "tiny-phi3", "smollm2-135m", "gemma3-270m", "llama-3.2-1b", "llama-3.1-8b"}) {
+    CHECK(std::find(names.begin(), names.end(), name) != names.end());
+  }
+  for (const std::string& name : names) {
+    INFO(name);
+    CHECK_NOTHROW(named_config(name).validate());
+  }
 }

@@ -1,5 +1,6 @@
 // The model families table (families.hpp): one row per model_type, read by
-// load_config and the named shapes alike; an unknown type refused by name.
+// load_config and the named shapes alike; an unknown type refused by name;
+// activation_name, and apply_family setting a row's layer traits.
 
 #include "checkpoint_files.hpp"
 
@@ -114,4 +115,58 @@ TEST_CASE("every named shape carries its family's traits from the table", "[fami
     CHECK(c.attention_bias == (f.traits.bias == BiasRule::kQkvAlways));
   }
   CHECK(seen.size() == families().size());  // a tiny shape of every family
+}
+
+TEST_CASE("activation_name spells each activation as config.json does", "[families]") {
+  CHECK(std::string(activation_name(Activation::kSilu)) == "silu");
+  CHECK(std::string(activation_name(Activation::kGeluTanh)) == "gelu_pytorch_tanh");
+  // Every family's config.json written with its activation's name reads back that activation.
+  TempDir tmp;
+  for (const Family& f : families()) {
+    INFO(f.model_type);
+    const auto text = [&](Activation act) {
+      return std::string(R"({"model_type": ")") + f.model_type + R"(", ")" +
+             f.traits.activation_field + R"(": ")" + activation_name(act) + R"("})";
+    };
+    CHECK(config_from_text(tmp, text(f.traits.activation)).hidden_act == f.traits.activation);
+    // The other activation's name is refused, naming the one expected.
+    const Activation other =
+        f.traits.activation == Activation::kSilu ? Activation::kGeluTanh : Activation::kSilu;
+    require_error(
+        [&] { config_from_text(tmp, text(other)); },
+        {f.traits.activation_field, std::string("\"") + activation_name(f.traits.activation) + "\"",
+         std::string("got \"") + activation_name(other) + "\""});
+  }
+}
+
+TEST_CASE("apply_family sets the family's layer traits and leaves the numbers as they are",
+          "[families]") {
+  for (const Family& f : families()) {
+    INFO(f.model_type);
+    // Start from the other extreme: every trait switched on, odd numbers.
+    ModelConfig c = named_config("tiny");
+    c.hidden_act =
+        f.traits.activation == Activation::kSilu ? Activation::kGeluTanh : Activation::kSilu;
+    c.qk_norm = !f.traits.qk_norm;
+    c.norm_style = f.gemma.on ? NormStyle::kLlama : NormStyle::kGemma;
+    c.sandwich_norms = c.scale_embeddings = !f.gemma.on;
+    c.attention_bias = f.traits.bias != BiasRule::kQkvAlways;
+    c.o_proj_bias = true;
+    c.vocab_size = 77;
+    c.sliding_window = 5;
+    c.rms_norm_eps = 1e-3;
+    apply_family(f, c);
+    CHECK(c.model_type == f.model_type);
+    CHECK(c.hidden_act == f.traits.activation);
+    CHECK(c.qk_norm == f.traits.qk_norm);
+    CHECK((c.norm_style == NormStyle::kGemma) == f.gemma.on);
+    CHECK(c.sandwich_norms == f.gemma.on);
+    CHECK(c.scale_embeddings == f.gemma.on);
+    CHECK(c.attention_bias == (f.traits.bias == BiasRule::kQkvAlways));
+    CHECK_FALSE(c.o_proj_bias);
+    CHECK(c.vocab_size == 77);
+    CHECK(c.sliding_window == 5);
+    CHECK(c.rms_norm_eps == 1e-3);
+    CHECK(&family(c.model_type) == &f);
+  }
 }

@@ -1,6 +1,7 @@
 // Prompt-cache files (write_prompt_cache, read_prompt_cache;
 // reference/model/src/checkpoint/prompt_cache.cpp): a saved row restored into another
-// cache, and every mismatched or damaged file refused.
+// cache, a file read back without any cache, and every mismatched or damaged
+// file refused.
 
 #include "checkpoint_files.hpp"
 
@@ -114,4 +115,38 @@ TEST_CASE("a mismatched or damaged prompt-cache file is refused and leaves the c
   write_safetensors(dir.file("noids.safetensors"), tampered);
   refused("a missing tensor", prompt_config(), dir.file("noids.safetensors"), "",
           {"\"ids\"", "prompt-cache file", "got none"});
+}
+
+TEST_CASE("read_prompt_cache gives back the ids and the saved row, and touches no cache",
+          "[checkpoint][prompt_cache]") {
+  TempDir dir;
+  const std::string path = dir.file("prompt.safetensors");
+  HybridCache source(prompt_config());
+  prefill_row0(source, 10, 7);
+  const std::vector<int64_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+  write_prompt_cache(path, source, 0, ids, "model-a");
+  const RowState saved = source.save_row(0);
+
+  const Snapshot before(source);
+  const PromptCache read = read_prompt_cache(path, prompt_config(), "model-a");
+  CHECK(before.same_as(source));
+  CHECK(read.ids == ids);
+  CHECK(read.state.length == 10);
+  CHECK(read.state.types == saved.types);
+  REQUIRE(read.state.keys.size() == 2);
+  for (size_t l = 0; l < 2; ++l) {
+    CHECK(read.state.keys[l].is_cpu());
+    CHECK(at::equal(read.state.positions[l], saved.positions[l]));
+    CHECK(bit_identical(read.state.keys[l], saved.keys[l]));
+    CHECK(bit_identical(read.state.values[l], saved.values[l]));
+  }
+  // Another model's id, or a cache of another geometry: refused naming the file.
+  require_error([&] { read_prompt_cache(path, prompt_config(), "model-b"); },
+                {"prompt.safetensors", "fingerprint model_id", "\"model-b\""});
+  require_error(
+      [&] {
+        read_prompt_cache(path, ConfigBuilder().max_batch(2).max_len(32).hybrid(4, 4).head_dim(4),
+                          "model-a");
+      },
+      {"prompt.safetensors", "fingerprint head_dim"});
 }

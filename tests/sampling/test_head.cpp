@@ -2,9 +2,12 @@
 // settings in device tensors, transformers' filter order, penalties by
 // their owners' rules, counter-based draws that do not depend on the
 // batch, log-probabilities of the raw distribution, the fused pick against
-// the composition, refusals by name, and the CUDA greedy grid's CPU twin.
-// The comparison with transformers' own logits processors is the [hf] case
-// in tests/reference/test_hf_crosscheck.cpp; the head inside Generator's and
+// the composition, refusals by name, the CUDA greedy grid's CPU twin, row
+// moves (copy_row, reorder), speculative verification (verify, check_verify,
+// verify_all), draft draws and copy_picks. The draws' host mirrors
+// (draw_key, sampling_noise) are test_host_sampling.cpp's. The comparison
+// with transformers' own logits processors is the [hf] case in
+// tests/reference/test_hf_crosscheck.cpp; the head inside Generator's and
 // the Scheduler's steps is tests/engine/test_sampling.cpp.
 
 #include "support.hpp"
@@ -46,70 +49,7 @@ int64_t pick_one(SamplingHead& head, const at::Tensor& logits) {
   return head.fetch(logits.size(0))[0].token;
 }
 
-// The documented mixer (docs/sampling.md), spelled out on scalars.
-uint32_t mix32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x45d9f3bU;
-  x ^= x >> 16;
-  x *= 0x45d9f3bU;
-  return x ^ (x >> 16);
-}
-
-/// mix32's inverse: the key whose hash with token id 0 is h.
-uint32_t unmix32(uint32_t h) {
-  uint32_t inverse = 0x45d9f3bU;  // Newton's iteration for 0x45d9f3b^-1 mod 2^32
-  for (int i = 0; i < 5; ++i) inverse *= 2U - 0x45d9f3bU * inverse;
-  h ^= h >> 16;
-  h *= inverse;
-  h ^= h >> 16;
-  h *= inverse;
-  return h ^ (h >> 16);
-}
-
 }  // namespace
-
-TEST_CASE("draws are integer functions of seed, draw index and token id", "[sampling]") {
-  // The tensor ops give the bits of the scalar formula: the same on every device.
-  const uint64_t seed = 0x123456789abcdefULL;
-  const int64_t key = draw_key(seed, 5);
-  const auto seed_key =
-      mix32(static_cast<uint32_t>(seed) ^ mix32(static_cast<uint32_t>(seed >> 32)));
-  CHECK(key == ((static_cast<int64_t>(seed_key) + 5 * 0x9e3779b1LL) & 0xffffffffLL));
-  const at::Tensor ids = at::arange(1000, at::kLong).view({1, -1});
-  const at::Tensor noise = sampling_noise(at::tensor({key}), ids);
-  for (int64_t id : {0, 1, 17, 999}) {
-    const uint32_t h = mix32(static_cast<uint32_t>((id * 0x9e3779b1LL) & 0xffffffffLL) ^
-                             static_cast<uint32_t>(key));
-    const float u = (static_cast<float>(h >> 9) + 0.5f) * (1.0f / 8388608.0f);
-    // The integer draw is exact; log may round its last bit differently.
-    CHECK(noise[0][id].item<float>() == Approx(-std::log(-std::log(u))).epsilon(1e-6));
-  }
-  // A row's noise does not depend on its neighbours or the ids' order.
-  const at::Tensor keys = at::tensor({key, draw_key(7, 0)});
-  const at::Tensor shuffled = at::randperm(1000, at::kLong).view({1, -1});
-  const at::Tensor both = sampling_noise(keys, at::cat({ids, shuffled}));
-  CHECK(both[0].equal(noise[0]));
-  CHECK(both[1].equal(sampling_noise(keys.narrow(0, 1, 1), shuffled)[0]));
-  // Gumbel(0, 1): mean Euler's constant, variance pi^2 / 6.
-  const at::Tensor many =
-      sampling_noise(at::tensor({key}), at::arange(200000, at::kLong).view({1, -1}));
-  CHECK(many.mean().item<double>() == Approx(0.5772).margin(0.02));
-  CHECK(many.var().item<double>() == Approx(M_PI * M_PI / 6).margin(0.05));
-}
-
-TEST_CASE("the noise is finite at both ends of the hash range", "[sampling]") {
-  // u's 23 bits are exact in float: the largest hash's u is below 1, so no
-  // token's noise is infinite (with 24 bits it rounded to 1: g = inf).
-  for (const uint32_t h : {0xffffffffU, 0U}) {
-    const uint32_t key = unmix32(h);
-    REQUIRE(mix32(key) == h);
-    const at::Tensor g =
-        sampling_noise(at::tensor({static_cast<int64_t>(key)}), at::zeros({1, 1}, at::kLong));
-    INFO("hash " << h << ": noise " << g.item<float>());
-    CHECK(std::isfinite(g.item<float>()));
-    CHECK(std::abs(g.item<float>()) < 17.0f);
-  }
-}
 
 TEST_CASE("a request draws the same tokens alone or in any row of any batch", "[sampling]") {
   at::manual_seed(0);
@@ -451,4 +391,316 @@ TEST_CASE("the greedy grid's slices cover a row and its CPU twin merges to argma
       }
     }
   }
+}
+
+namespace {
+
+/// Verification logits [1, k + 1, vocab] whose position t prefers best[t].
+at::Tensor verifying(const std::vector<int64_t>& best) {
+  at::Tensor x = at::zeros({1, static_cast<int64_t>(best.size()), kVocab});
+  for (size_t t = 0; t < best.size(); ++t) x[0][static_cast<int64_t>(t)][best[t]] = 2.0f;
+  return x;
+}
+
+DraftSet drafts_of(std::vector<std::vector<int64_t>> ids) {
+  DraftSet d;
+  d.ids = std::move(ids);
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("options returns the options the head was built with and refuses by", "[sampling]") {
+  SamplingHeadOptions o;
+  o.max_batch = 3, o.vocab_size = 50, o.max_logprobs = 4, o.max_bias = 7, o.max_stop = 2;
+  o.fused = false;
+  SamplingHead head(o);
+  const SamplingHeadOptions& got = head.options();
+  CHECK(got.max_batch == 3);
+  CHECK(got.vocab_size == 50);
+  CHECK(got.device == at::Device(at::kCPU));
+  CHECK(got.max_logprobs == 4);
+  CHECK(got.max_bias == 7);
+  CHECK(got.max_stop == 2);
+  CHECK_FALSE(got.fused);
+  Sampling s;
+  for (int64_t id = 0; id < 8; ++id) s.logit_bias.emplace_back(id, 1.0);
+  require_error([&] { head.set_row(0, s, {}, {}); }, {"logit_bias", "at most 7", "8"});
+  s = Sampling(), s.logprobs = 5;
+  require_error([&] { head.set_row(0, s, {}, {}); }, {"logprobs", "0..4", "5"});
+}
+
+TEST_CASE("copy_row gives row to the settings, draws, penalties and pick of row from",
+          "[sampling]") {
+  SamplingHead head = make_head(2), fresh = make_head(1);
+  Sampling s, greedy;
+  s.temperature = 1.0, s.seed = 17, s.presence_penalty = 2.0;
+  head.set_row(0, s, {}, {});
+  head.set_row(1, greedy, {}, {});
+  fresh.set_row(0, s, {}, {});
+  at::manual_seed(6);
+  const at::Tensor warm = at::randn({2, kVocab});
+  for (int t = 0; t < 3; ++t) head.pick(warm, {true, false});  // row 0 draws and is penalized
+  head.copy_row(0, 1);
+  CHECK(head.fetch(2)[1].token == head.fetch(2)[0].token);
+  std::vector<int64_t> row0, row1, alone;
+  for (int t = 0; t < 10; ++t) {
+    const at::Tensor x = at::randn({1, kVocab}) * 2;
+    head.pick(x.expand({2, kVocab}).contiguous(), {true, true});
+    const auto picked = head.fetch(2);
+    row0.push_back(picked[0].token);
+    row1.push_back(picked[1].token);
+    alone.push_back(pick_one(fresh, x));
+  }
+  CHECK(row1 == row0);
+  CHECK(alone != row0);  // a new row with the same settings has not drawn three tokens yet
+}
+
+TEST_CASE("reorder makes rows 0 to n the old rows of index, state and picks included",
+          "[sampling]") {
+  SamplingHead head = make_head(3), kept = make_head(3);
+  for (int64_t r = 0; r < 3; ++r) {
+    Sampling s;
+    s.temperature = 0.8 + 0.1 * static_cast<double>(r), s.seed = 100 + static_cast<uint64_t>(r);
+    s.frequency_penalty = 0.5;
+    head.set_row(r, s, {}, {});
+    kept.set_row(r, s, {}, {});
+  }
+  at::manual_seed(7);
+  const at::Tensor first = at::randn({3, kVocab});
+  head.pick(first, {true, true, true});
+  kept.pick(first, {true, true, true});
+  head.reorder(at::tensor({int64_t{2}, int64_t{0}}));
+  CHECK(head.fetch(2)[0].token == kept.fetch(3)[2].token);
+  CHECK(head.fetch(2)[1].token == kept.fetch(3)[0].token);
+  for (int step = 0; step < 8; ++step) {
+    const at::Tensor x = at::randn({3, kVocab}) * 2;
+    kept.pick(x, {true, true, true});
+    head.pick(at::stack({x[2], x[0]}), {true, true});
+    INFO("step " << step);
+    CHECK(head.fetch(2)[0].token == kept.fetch(3)[2].token);
+    CHECK(head.fetch(2)[1].token == kept.fetch(3)[0].token);
+  }
+  require_error([&] { head.reorder(at::tensor({0.0f})); }, {"index", "host int64 [n]", "Float"});
+}
+
+TEST_CASE("verify accepts a greedy row's drafts while they are the target's argmax", "[sampling]") {
+  SamplingHead head = make_head(1);
+  head.set_row(0, Sampling(), {}, {});
+  const at::Tensor x = verifying({5, 6, 7, 8});  // k = 3
+  const auto verified = [&](std::vector<int64_t> drafts) {
+    head.verify(x, drafts_of({std::move(drafts)}), {true});
+    return head.fetch(1)[0];
+  };
+  Picked p = verified({5, 6, 9});
+  CHECK(p.accepted == 2);
+  CHECK(p.token == 7);  // the correction: the argmax where draft 2 was rejected
+  at::Tensor ids = at::zeros({1}, at::kLong);
+  head.copy_picks(ids);
+  CHECK(ids.item<int64_t>() == 7);
+  p = verified({5, 6, 7});
+  CHECK(p.accepted == 3);
+  CHECK(p.token == 8);  // every draft accepted: the bonus token
+  p = verified({1, 6, 7});
+  CHECK(p.accepted == 0);
+  CHECK(p.token == 5);
+  p = verified({5});  // fewer drafts than k
+  CHECK(p.accepted == 1);
+  CHECK(p.token == 6);
+  // A row that does not take keeps its last result.
+  head.verify(x, drafts_of({{5, 6, 7}}), {false});
+  CHECK(head.fetch(1)[0].token == 6);
+  CHECK(head.fetch(1)[0].accepted == 1);
+}
+
+TEST_CASE("verify accepts a sampled draft with the target's probability of it", "[sampling]") {
+  // The row's p: half on token 3 and half on token 4 at both positions.
+  at::Tensor x = at::full({1, 2, kVocab}, -30.0f);
+  x.select(2, 3).fill_(0.0f);
+  x.select(2, 4).fill_(0.0f);
+  SamplingHead head = make_head(1);
+  int accepted = 0;
+  for (uint64_t seed = 0; seed < 400; ++seed) {
+    Sampling s;
+    s.temperature = 1.0, s.seed = seed;
+    head.set_row(0, s, {}, {});
+    head.verify(x, drafts_of({{3}}), {true});
+    const Picked p = head.fetch(1)[0];
+    INFO("seed " << seed);
+    CHECK((p.token == 3 || p.token == 4));
+    if (p.accepted == 1) {
+      ++accepted;
+    } else {
+      CHECK(p.accepted == 0);
+      CHECK(p.token == 4);  // norm(max(0, p - q)) with q a point mass on 3
+    }
+  }
+  CHECK(accepted > 140);
+  CHECK(accepted < 260);
+  // A draft the row's filters leave out (top_p) is never accepted.
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    Sampling s;
+    s.temperature = 1.0, s.top_p = 0.9, s.seed = seed;
+    head.set_row(0, s, {}, {});
+    head.verify(x, drafts_of({{9}}), {true});
+    CHECK(head.fetch(1)[0].accepted == 0);
+    CHECK((head.fetch(1)[0].token == 3 || head.fetch(1)[0].token == 4));
+  }
+}
+
+TEST_CASE("check_verify refuses by name what verify refuses, and neither changes a row",
+          "[sampling][errors]") {
+  SamplingHead head = make_head(2), fresh = make_head(2);
+  Sampling greedy, penalized;
+  penalized.presence_penalty = 0.5;
+  for (SamplingHead* h : {&head, &fresh}) {
+    h->set_row(0, greedy, {}, {});
+    h->set_row(1, penalized, {}, {});
+  }
+  const DraftSet d = drafts_of({{1, 2}, {3}});
+  head.check_verify(2, d, {true, false});  // the penalized row does not take: accepted
+  require_error(
+      [&] {
+        head.check_verify(2, d, {true, true});
+      },
+      {"verify", "penalties, logit_bias, min_tokens or logprobs"});
+  require_error(
+      [&] {
+        head.check_verify(1, d, {true, false});
+      },
+      {"drafts[0]", "at most k=1", "got 2"});
+  require_error(
+      [&] {
+        head.check_verify(2, drafts_of({{kVocab}, {}}), {true, false});
+      },
+      {"drafts[0]", "[0, 64)", "got 64"});
+  require_error([&] { head.check_verify(0, d, {true, false}); }, {"k", ">= 1", "got 0"});
+  require_error([&] { head.check_verify(2, d, {true}); }, {"takes flags", "got 1 and 2"});
+  // verify refuses the same before verifying anything.
+  at::Tensor x = at::zeros({2, 3, kVocab});
+  x.select(2, 1).fill_(1.0f);
+  require_error([&] { head.verify(x, d, {true, true}); }, {"penalties"});
+  require_error([&] { head.verify(x.narrow(1, 0, 2), d, {true, false}); }, {"drafts[0]", "k=1"});
+  head.verify(x, d, {true, false});
+  fresh.verify(x, d, {true, false});
+  CHECK(head.fetch(1)[0].accepted == 1);
+  CHECK(head.fetch(1)[0].token == fresh.fetch(1)[0].token);
+}
+
+TEST_CASE("verify_all verifies what verify verifies, from the pass's ids and positions",
+          "[sampling]") {
+  const int64_t b = 3, k = 3;
+  SamplingHead one = make_head(b), all = make_head(b);
+  std::vector<Sampling> rows(3);
+  rows[1].temperature = 0.9, rows[1].top_k = 8;
+  rows[2].temperature = 1.2, rows[2].top_p = 0.9, rows[2].min_p = 0.02;
+  for (int64_t r = 0; r < b; ++r) {
+    rows[static_cast<size_t>(r)].seed = 31 + static_cast<uint64_t>(r);
+    one.set_row(r, rows[static_cast<size_t>(r)], {}, {});
+    all.set_row(r, rows[static_cast<size_t>(r)], {}, {});
+  }
+  at::manual_seed(8);
+  int64_t accepted = 0;
+  for (int step = 0; step < 20; ++step) {
+    const at::Tensor logits = at::randn({b, k + 1, kVocab}) * 3;
+    const at::Tensor best = logits.argmax(-1);
+    // Column 0 is the last token; drafts at columns 1.. with positions >= 0.
+    at::Tensor ids = at::zeros({b, k + 1}, at::kLong);
+    at::Tensor positions = at::full({b, k + 1}, -1, at::kLong);
+    positions.select(1, 0).fill_(9);
+    DraftSet drafts;
+    drafts.ids.resize(static_cast<size_t>(b));
+    const std::vector<int64_t> counts = {3, 2, step % 4};
+    for (int64_t r = 0; r < b; ++r) {
+      for (int64_t t = 0; t < counts[static_cast<size_t>(r)]; ++t) {
+        const int64_t argmax = best[r][t].item<int64_t>();
+        const int64_t id = (step + t + r) % 5 == 0 ? (argmax + 1) % kVocab : argmax;
+        drafts.ids[static_cast<size_t>(r)].push_back(id);
+        ids[r][t + 1] = id;
+        positions[r][t + 1] = 10 + t;
+      }
+    }
+    const std::vector<bool> takes = {true, step % 3 != 0, true};
+    one.verify(logits, drafts, takes);
+    all.verify_all(logits, ids, positions,
+                   at::tensor(std::vector<int64_t>(takes.begin(), takes.end())), at::Tensor());
+    const auto a = one.fetch(b), c = all.fetch(b);
+    for (size_t r = 0; r < 3; ++r) {
+      INFO("step " << step << ", row " << r);
+      CHECK(a[r].token == c[r].token);
+      CHECK(a[r].accepted == c[r].accepted);
+      accepted += a[r].accepted;
+    }
+  }
+  CHECK(accepted > 10);  // the drafts were not all rejected at once
+  require_error(
+      [&] {
+        all.verify_all(at::zeros({b, k + 1, kVocab}), at::zeros({b, k}, at::kLong),
+                       at::zeros({b, k}, at::kLong), at::ones({b}, at::kLong), at::Tensor());
+      },
+      {"ids, positions", "int64 [3, 4]", "[3, 3]"});
+}
+
+TEST_CASE("draft draws from each row's distribution by draw index and changes no state",
+          "[sampling]") {
+  SamplingHead head = make_head(2), fresh = make_head(2);
+  Sampling greedy, sampled;
+  sampled.temperature = 1.0, sampled.top_k = 4, sampled.seed = 5;
+  for (SamplingHead* h : {&head, &fresh}) {
+    h->set_row(0, greedy, {}, {});
+    h->set_row(1, sampled, {}, {});
+  }
+  at::manual_seed(9);
+  const at::Tensor logits = at::randn({2, kVocab});
+  const auto [ids, q] = head.draft(logits, 0);
+  CHECK(ids.scalar_type() == at::kLong);
+  CHECK(ids.sizes() == at::IntArrayRef({2}));
+  CHECK(q.scalar_type() == at::kFloat);
+  CHECK(q.sizes() == at::IntArrayRef({2, kVocab}));
+  CHECK(at::allclose(q, head.probabilities(logits)));
+  const int64_t argmax = logits[0].argmax().item<int64_t>();
+  CHECK(ids[0].item<int64_t>() == argmax);  // a greedy row's q is a point mass
+  CHECK(q[0][argmax].item<float>() == 1.0f);
+  CHECK(q[1].gt(0).sum().item<int64_t>() == 4);
+  CHECK(head.draft(logits, 0).first.equal(ids));  // the same i draws the same
+  // Over draft indices the sampled row's draws follow its q.
+  at::Tensor seen = at::zeros({kVocab});
+  int64_t greedy_other = 0;
+  for (int64_t i = 0; i < 3000; ++i) {
+    const at::Tensor d = head.draft(logits, i).first;
+    greedy_other += d[0].item<int64_t>() != argmax;
+    seen[d[1].item<int64_t>()] += 1;
+  }
+  CHECK(greedy_other == 0);
+  CHECK((seen / 3000 - q[1]).abs().max().item<double>() < 0.03);
+  // No state changed: a pick now is a fresh head's pick.
+  head.pick(logits, {true, true});
+  fresh.pick(logits, {true, true});
+  CHECK(head.fetch(2)[1].token == fresh.fetch(2)[1].token);
+}
+
+TEST_CASE("copy_picks writes rows' latest picked ids into a tensor on the head's device",
+          "[sampling]") {
+  SamplingHead head = make_head(3);
+  for (int64_t r = 0; r < 3; ++r) head.set_row(r, Sampling(), {}, {});
+  head.pick(preferring({4, 9, 2}), {true, true, true});
+  at::Tensor ids = at::full({3}, -1, at::kLong);
+  head.copy_picks(ids);
+  CHECK(ids.equal(at::tensor({int64_t{4}, int64_t{9}, int64_t{2}})));
+  // Rows [0, b) for b = ids.size(0); a row that did not take keeps its pick.
+  head.pick(preferring({7, 8, 6}), {false, true, true});
+  at::Tensor two = at::full({2}, -1, at::kLong);
+  head.copy_picks(two);
+  CHECK(two.equal(at::tensor({int64_t{4}, int64_t{8}})));
+  require_error([&] { head.copy_picks(at::zeros({3}, at::kInt)); }, {"ids", "int64", "Int"});
+  require_error([&] { head.copy_picks(at::zeros({4}, at::kLong)); }, {"ids", "b <= 3", "[4]"});
+  // A large vocabulary's ids come back exact.
+  SamplingHead wide = make_head(1, 50000);
+  wide.set_row(0, Sampling(), {}, {});
+  at::Tensor x = at::zeros({1, 50000});
+  x[0][49999] = 1.0f;
+  wide.pick(x, {true});
+  at::Tensor id = at::zeros({1}, at::kLong);
+  wide.copy_picks(id);
+  CHECK(id.item<int64_t>() == 49999);
 }

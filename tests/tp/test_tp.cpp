@@ -8,10 +8,10 @@
 // STATICKV_TP_WORKER: tests/tp/tp_worker.cpp's executable.
 
 #include "support.hpp"
+#include "support/process.hpp"
 
 #include <statickv/model/checkpoint.hpp>
 
-#include <sys/wait.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +20,8 @@
 
 namespace sr = statickv::reference;
 namespace fs = std::filesystem;
+using statickv::test::CommandRun;
+using statickv::test::run_command;
 
 namespace {
 
@@ -29,29 +31,12 @@ std::string env(const char* name) {
   return value;
 }
 
-struct Run {
-  int status = -1;
-  std::string output;  // stdout and stderr
-  double seconds = 0;
-};
-
 // The worker with `args`, its launcher spawning the ranks; no launcher
 // environment of ours leaks into it.
-Run run_worker(const std::string& args) {
-  const std::string command =
-      "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u MASTER_ADDR -u "
-      "MASTER_PORT OMP_NUM_THREADS=1 " +
-      env("STATICKV_TP_WORKER") + " " + args + " 2>&1";
-  Run run;
-  const auto start = std::chrono::steady_clock::now();
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) run.output.append(buffer, n);
-  const int status = pclose(pipe);
-  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return run;
+CommandRun run_worker(const std::string& args) {
+  return run_command(
+      "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u MASTER_ADDR -u MASTER_PORT OMP_NUM_THREADS=1 " +
+      env("STATICKV_TP_WORKER") + " " + args + " 2>&1");
 }
 
 std::string checkpoint(const std::string& name) {
@@ -67,9 +52,9 @@ std::string out_file(const std::string& tag) {
 sr::Weights decode(const std::string& model, int64_t world, bool vocab_parallel,
                    bool offload = false) {
   const std::string out = out_file(model + std::to_string(world));
-  const Run run = run_worker("--checkpoint " + checkpoint(model) + " --out " + out + " --tp " +
-                             std::to_string(world) + (vocab_parallel ? " --vocab-parallel" : "") +
-                             (offload ? " --offload" : ""));
+  const CommandRun run = run_worker(
+      "--checkpoint " + checkpoint(model) + " --out " + out + " --tp " + std::to_string(world) +
+      (vocab_parallel ? " --vocab-parallel" : "") + (offload ? " --offload" : ""));
   INFO(run.output);
   REQUIRE(run.status == 0);
   sr::Weights result = sr::read_safetensors(out);
@@ -121,8 +106,8 @@ TEST_CASE("tensor-parallel decoding with each rank's cache offloaded equals the 
 }
 
 TEST_CASE("a rank that raises mid-step makes every rank exit non-zero with an error", "[tp]") {
-  const Run run = run_worker("--checkpoint " + checkpoint("llama") + " --out " + out_file("raise") +
-                             " --tp 2 --fail-rank 1 --fail-at 5");
+  const CommandRun run = run_worker("--checkpoint " + checkpoint("llama") + " --out " +
+                                    out_file("raise") + " --tp 2 --fail-rank 1 --fail-at 5");
   INFO(run.output);
   CHECK(run.status != 0);
   CHECK(run.output.find("injected failure on rank 1 at all-reduce 5") != std::string::npos);
@@ -134,8 +119,8 @@ TEST_CASE("a rank that raises mid-step makes every rank exit non-zero with an er
 }
 
 TEST_CASE("a rank that dies mid-step makes every rank exit non-zero with an error", "[tp]") {
-  const Run run = run_worker("--checkpoint " + checkpoint("qwen2") + " --out " + out_file("die") +
-                             " --tp 2 --fail-rank 0 --fail-at 9 --die");
+  const CommandRun run = run_worker("--checkpoint " + checkpoint("qwen2") + " --out " +
+                                    out_file("die") + " --tp 2 --fail-rank 0 --fail-at 9 --die");
   INFO(run.output);
   CHECK(run.status != 0);
   CHECK(run.output.find("rank 0 exited with status 7") != std::string::npos);
@@ -147,8 +132,8 @@ TEST_CASE("a rank that dies mid-step makes every rank exit non-zero with an erro
 TEST_CASE("ranks that diverge are caught by the step check before any all-reduce", "[tp]") {
   // Rank 1's last prompt is longer: its first pass has another query
   // length, which the per-pass fingerprint compares across ranks.
-  const Run run = run_worker("--checkpoint " + checkpoint("mistral") + " --out " +
-                             out_file("diverge") + " --tp 2 --diverge-rank 1");
+  const CommandRun run = run_worker("--checkpoint " + checkpoint("mistral") + " --out " +
+                                    out_file("diverge") + " --tp 2 --diverge-rank 1");
   INFO(run.output);
   CHECK(run.status != 0);
   for (const char* rank : {"rank 0 of 2", "rank 1 of 2"}) {

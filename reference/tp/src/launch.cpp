@@ -20,12 +20,9 @@ extern char** environ;
 
 namespace statickv::reference {
 
-namespace {
-
-// A port that was free a moment ago on 127.0.0.1 (the kernel's pick).
 int64_t free_loopback_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  TORCH_CHECK(fd >= 0, "spawn_ranks: socket() failed");
+  TORCH_CHECK(fd >= 0, "free_loopback_port: socket() failed");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -33,9 +30,11 @@ int64_t free_loopback_port() {
   const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
                   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   ::close(fd);
-  TORCH_CHECK(ok, "spawn_ranks: no free port on 127.0.0.1");
+  TORCH_CHECK(ok, "free_loopback_port: no free port on 127.0.0.1");
   return ntohs(addr.sin_port);
 }
+
+namespace {
 
 // This process's environment without the launcher variables, plus rank's.
 std::vector<std::string> rank_environment(int64_t rank, int64_t world, int64_t port) {

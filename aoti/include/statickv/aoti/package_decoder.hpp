@@ -24,7 +24,9 @@ class PackageDecoder {
   /// Loads `package` (its model "model") and checks its statickv fingerprint
   /// against cache.config() (check_fingerprint): a package built for other
   /// shapes, another dtype or another layer layout is refused here, before
-  /// it ever runs. `cache` must outlive the decoder.
+  /// it ever runs. The cache must hold plain buffers on its device (compute
+  /// kv_storage, no host_offload): the package writes them itself. `cache`
+  /// must outlive the decoder.
   PackageDecoder(const std::string& package, Cache& cache);
   ~PackageDecoder();
   PackageDecoder(const PackageDecoder&) = delete;

@@ -42,6 +42,10 @@ StepPacker::StepPacker(int64_t b, int64_t q)
     : b_(b), q_(q), ids_(static_cast<size_t>(b * q), 0), positions_(ids_.size(), -1) {}
 
 void StepPacker::put(int64_t r, int64_t t, int64_t id, int64_t position) {
+  TORCH_CHECK(r >= 0 && r < b_, "r: expected a row in [0, ", b_, ") but got ", r);
+  TORCH_CHECK(t >= 0 && t < q_, "t: expected a column in [0, ", q_, ") but got ", t);
+  TORCH_CHECK(position >= 0, "position: expected >= 0 (padding is what put leaves) but got ",
+              position);
   const auto i = static_cast<size_t>(r * q_ + t);
   ids_[i] = id;
   positions_[i] = position;
@@ -50,6 +54,10 @@ void StepPacker::put(int64_t r, int64_t t, int64_t id, int64_t position) {
 }
 
 void StepPacker::put_run(int64_t r, const std::vector<int64_t>& seq, int64_t from, int64_t n) {
+  TORCH_CHECK(n >= 0 && n <= q_, "n: expected 0 <= n <= the packer's ", q_, " columns but got ", n);
+  TORCH_CHECK(n == 0 || (from >= 0 && from + n <= static_cast<int64_t>(seq.size())),
+              "from: expected seq[from, from + n) within its ", seq.size(),
+              " tokens but got from=", from, " n=", n);
   for (int64_t t = 0; t < n; ++t) put(r, t, seq[static_cast<size_t>(from + t)], from + t);
 }
 

@@ -122,8 +122,9 @@ Verdict verify_sampled(const std::vector<int64_t>& drafts, const at::Tensor& p, 
 
 void check_draft_model(const LlamaModel& target, const LlamaModel* draft, int64_t speculate) {
   if (draft == nullptr) return;
-  TORCH_CHECK(speculate > 0,
-              "draft_model: expected speculate >= 1 with a draft model but got speculate=0");
+  TORCH_CHECK(
+      speculate > 0,
+      "draft_model: expected speculate >= 1 with a draft model but got speculate=", speculate);
   TORCH_CHECK(draft->config().vocab_size == target.config().vocab_size,
               "draft_model: expected vocab_size=", target.config().vocab_size,
               " (the target's) but got ", draft->config().vocab_size);

@@ -121,6 +121,8 @@ class Generator {
   DecodePath path() const;
   /// The session's runner statistics so far (empty without bucketing).
   RunnerStats prefill_stats() const;
+  /// The decode runner's; under speculation the verification runner's,
+  /// which runs every decode step then (as GenerateResult::decode_runner).
   RunnerStats decode_stats() const;
 
  private:

@@ -124,9 +124,9 @@ Weights read_safetensors(const std::string& path);
 void write_safetensors(const std::string& path, const Weights& tensors);
 
 /// Named shapes (named_config_names()): "tiny" (tests), "tiny-mistral",
-/// "tiny-qwen2", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3", and the real
-/// layer counts, heads and dims of "smollm2-135m", "gemma3-270m",
-/// "llama-3.2-1b", "llama-3.1-8b".
+/// "tiny-qwen2", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3", "tiny-phi3",
+/// and the real layer counts, heads and dims of "smollm2-135m",
+/// "gemma3-270m", "llama-3.2-1b", "llama-3.1-8b".
 ModelConfig named_config(const std::string& name);
 std::vector<std::string> named_config_names();
 

@@ -75,7 +75,8 @@ class SamplingHead {
   /// position), so a row verifies alone as in any batch. fetch() then
   /// returns each row's accepted count and token; the row's draw index
   /// advances by the tokens it emits. No host sync. Refuses rows with
-  /// penalties, logit bias, min_tokens or log-probabilities, naming them.
+  /// penalties, logit bias, min_tokens or log-probabilities, naming those
+  /// settings.
   void verify(const at::Tensor& logits, const DraftSet& drafts, const std::vector<bool>& takes);
   /// verify()'s checks of `drafts` (k per row at most) and of the rows in
   /// `takes`, without verifying: what a caller runs before verify_all.

@@ -17,7 +17,8 @@ at::Tensor sampling_noise(const at::Tensor& keys, const at::Tensor& ids);
 
 /// The host sampler (tests and the benchmark's baseline): softmax(logits /
 /// temperature) over transformers' top-k then top-p (the same rule as the
-/// head's), per row of logits [..., vocab] (any device), float32 on the CPU.
+/// head's), per row of logits [..., vocab] (any device), on the CPU in the
+/// logits' dtype.
 at::Tensor host_sampling_probs(const at::Tensor& logits, double temperature, int64_t top_k,
                                double top_p);
 /// One token per row of logits [b, vocab] drawn from host_sampling_probs

@@ -45,16 +45,20 @@ inline std::string refused_field(const c10::Error& e) {
   ::c10::SourceLocation { __func__, __FILE__, static_cast<uint32_t>(__LINE__) }
 
 /// TORCH_CHECK for one field: raises FieldError(field, "field: " + the rest).
-#define STATICKV_CHECK_FIELD(cond, field, ...)                                               \
-  if (C10_UNLIKELY_OR_CONST(!(cond))) {                                                      \
-    throw ::statickv::reference::FieldError((field), ::c10::str((field), ": ", __VA_ARGS__), \
-                                            STATICKV_FIELD_ERROR_WHERE);                     \
-  }
+#define STATICKV_CHECK_FIELD(cond, field, ...)                                                 \
+  do {                                                                                         \
+    if (C10_UNLIKELY_OR_CONST(!(cond))) {                                                      \
+      throw ::statickv::reference::FieldError((field), ::c10::str((field), ": ", __VA_ARGS__), \
+                                              STATICKV_FIELD_ERROR_WHERE);                     \
+    }                                                                                          \
+  } while (false)
 
 /// The same for one element of a list field: "field[index]: " + the rest.
-#define STATICKV_CHECK_FIELD_AT(cond, field, index, ...)                                           \
-  if (C10_UNLIKELY_OR_CONST(!(cond))) {                                                            \
-    throw ::statickv::reference::FieldError((field),                                               \
-                                            ::c10::str((field), "[", (index), "]: ", __VA_ARGS__), \
-                                            STATICKV_FIELD_ERROR_WHERE);                           \
-  }
+#define STATICKV_CHECK_FIELD_AT(cond, field, index, ...)                  \
+  do {                                                                    \
+    if (C10_UNLIKELY_OR_CONST(!(cond))) {                                 \
+      throw ::statickv::reference::FieldError(                            \
+          (field), ::c10::str((field), "[", (index), "]: ", __VA_ARGS__), \
+          STATICKV_FIELD_ERROR_WHERE);                                    \
+    }                                                                     \
+  } while (false)

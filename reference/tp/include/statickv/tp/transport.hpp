@@ -39,12 +39,17 @@ std::optional<Rendezvous> rendezvous_from_env();
 /// `device`, ProcessGroupNCCL for a CUDA one (builds with NCCL only).
 std::shared_ptr<Communicator> connect(const Rendezvous& where, at::Device device);
 
+/// A TCP port that was free a moment ago on 127.0.0.1 (the kernel's pick
+/// of an ephemeral port): spawn_ranks' master port, and a test's.
+int64_t free_loopback_port();
+
 /// `--tp N` on one machine: starts `world` copies of this executable
 /// (posix_spawn of /proc/self/exe, never a bare fork) with `argv` and the
 /// launcher environment on 127.0.0.1 and a free port, waits for them, and
 /// returns 0 when every rank exited 0. When one fails, the others get
 /// `grace` to fail on their own (they do: their collectives error out)
-/// and are then killed; the status returned is the first failure's.
+/// and are then killed; the status returned is the first failure's (its
+/// exit status, or 128 + the signal that ended it).
 int spawn_ranks(int64_t world, const std::vector<std::string>& argv,
                 std::chrono::milliseconds grace = std::chrono::seconds(30));
 

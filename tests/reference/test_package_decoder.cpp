@@ -68,6 +68,9 @@ void require_hugging_face_results(const std::string& name) {
   HybridCache cache(cache_config(*m.model));
   const std::vector<const void*> before = test::addresses(cache);
   PackageDecoder decoder(package(name), cache);
+  CHECK(decoder.path() == package(name));
+  CHECK(&decoder.cache() == &cache);
+  CHECK(decoder.vocab_size() == m.model->config().vocab_size);
 
   const aoti::GreedyResult batch = run(decoder, m.expected.prompts, test::kHfMaxNewTokens);
   for (int64_t i = 0; i < test::kHfNumPrompts; ++i) {
@@ -147,6 +150,16 @@ TEST_CASE("a package built for another cache is refused before it runs, naming t
   other.max_chunk = kMaxChunk;
   refused(other,
           "statickv.layer_types=full,full but the cache has statickv.layer_types=full,sliding");
+
+  for (const bool offload : {false, true}) {
+    CacheConfig stored = good;
+    stored.kv_storage = offload ? KvStorage::kCompute : KvStorage::kInt8;
+    stored.host_offload = offload;
+    HybridCache quantized(stored);
+    CHECK_THROWS_WITH(PackageDecoder(package("llama"), quantized),
+                      Catch::Contains(offload ? "host_offload=1" : "kv_storage=int8") &&
+                          Catch::Contains("expected kv_storage=compute and host_offload=0"));
+  }
 
   HybridCache cache(good);
   PackageDecoder decoder(package("llama"), cache);

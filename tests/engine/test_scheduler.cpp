@@ -3,7 +3,8 @@
 // generating its prompt alone with Generator gives; rejected requests
 // change nothing; live rows stay a prefix of the cache, rows past it stay
 // fresh, buffer addresses never change, and after warm-up no step needs a
-// runner key outside the warm-up set.
+// runner key outside the warm-up set; steps are timed and keyed as the
+// Scheduler reports.
 
 #include "support/generation.hpp"
 
@@ -905,4 +906,56 @@ TEST_CASE("prefix cache sizes and combinations it cannot serve are refused by na
                                                          "draft_model"));
   o.prefix_cache_bytes = 0;
   CHECK_NOTHROW(Scheduler(model, o));
+}
+
+TEST_CASE("a step's wall time is its own, the stats sum and average it, and an idle step has none",
+          "[serving]") {
+  const LlamaModel model = tiny_model("tiny");
+  Scheduler engine(model, test::static_rows(2));
+  CHECK(engine.last_step_seconds() == 0.0);
+  CHECK(engine.stats().mean_step_seconds() == 0.0);  // before the first step
+  test::submit_counted_batch(engine, 2, /*sampled=*/false);
+  double sum = 0.0;
+  int64_t steps = 0;
+  while (!engine.idle()) {
+    engine.step();
+    CHECK(engine.last_step_seconds() > 0.0);
+    sum += engine.last_step_seconds();
+    ++steps;
+  }
+  SchedulerStats stats = engine.stats();
+  CHECK(stats.steps == steps);
+  CHECK(stats.step_seconds == Approx(sum));
+  CHECK(stats.mean_step_seconds() == Approx(sum / static_cast<double>(steps)));
+  engine.step();  // no row to run: not a step
+  CHECK(engine.last_step_seconds() == 0.0);
+  stats = engine.stats();
+  CHECK(stats.steps == steps);
+  CHECK(stats.mean_step_seconds() == Approx(sum / static_cast<double>(steps)));
+}
+
+TEST_CASE("key_for is the runner key a step pads to, and needs a bucketed scheduler", "[serving]") {
+  const LlamaModel model = tiny_model("tiny");
+  SchedulerOptions o = test::static_rows(4);
+  o.max_len = 128;
+  o.prefill_chunk = 8;
+  Scheduler engine(model, o);
+  // Batch buckets 1, 2, 4; prompt buckets 1, 2, 4, 8; attend buckets 64, 128.
+  CHECK(engine.key_for(3, 1, 10) == GraphKey{4, 1, 64});
+  CHECK(engine.key_for(1, 5, 64) == GraphKey{1, 8, 64});
+  CHECK(engine.key_for(2, 3, 65) == GraphKey{2, 4, 128});
+  statickv::test::require_error([&] { engine.key_for(5, 1, 10); }, {"batch", "[1, 4]", "5"});
+  // A served step ran at the key key_for names.
+  Request r;
+  r.id = "a";
+  r.prompt = {1, 2, 3};
+  r.max_new_tokens = 2;
+  engine.submit(r);
+  engine.step();  // the prompt: 1 row of 3 tokens attending 3
+  const RunnerStats runner = engine.stats().runner;
+  REQUIRE(runner.keys.size() == 1);
+  CHECK(runner.keys[0].key == engine.key_for(1, 3, 3));
+  o.bucketed = false;
+  Scheduler eager(model, o);
+  statickv::test::require_error([&] { eager.key_for(1, 1, 1); }, {"key_for", "bucketed"});
 }

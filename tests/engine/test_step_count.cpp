@@ -1,5 +1,7 @@
-// Note [counted step]: the counter means what it says, and each family's
-// decode step stays under the ceilings its measurement set.
+// Note [counted step]: the counter means what it says, each family's
+// decode step stays under the ceilings its measurement set, a DecodeStep
+// is one step repeatable at will, and the sampling head's share of a step
+// is counted apart (count_head_pick).
 
 #include "support.hpp"
 
@@ -224,5 +226,50 @@ TEST_CASE("each family's decode step stays under its ceilings: launches, one cop
         CHECK(n.counts.copies.at("aten::to") == 1);
       }
     }
+  }
+}
+
+TEST_CASE("a DecodeStep's run is its device_step's ids on the host, the same every call",
+          "[counter][model]") {
+  const ModelConfig config = named_config("tiny");
+  const LlamaModel model(config, random_weights(config, 3, at::kFloat, at::kCPU));
+  DecodeStep plain(model, DecodePath::kPlain, 2, 6);
+  const at::Tensor ids = plain.run();
+  CHECK(ids.sizes() == at::IntArrayRef({2}));
+  CHECK(ids.scalar_type() == at::kLong);
+  CHECK(ids.device().is_cpu());
+  CHECK(((ids >= 0) & (ids < config.vocab_size)).all().item<bool>());
+  {
+    OpCounter ops;  // the forward pass and the argmax, nothing to the host
+    const at::Tensor on_device = plain.device_step();
+    CHECK(ops.syncs() == 0);
+    CHECK(ops.host_copies() == 0);
+    CHECK(ops.launches() > 0);
+    CHECK(on_device.device() == model.device());
+    CHECK(at::equal(on_device, ids));  // each call rewrites the same slot
+  }
+  CHECK(at::equal(plain.run(), ids));
+  DecodeStep fused(model, DecodePath::kFused, 2, 6);
+  CHECK(at::equal(fused.run(), ids));  // the same step on the fused path
+}
+
+TEST_CASE("count_head_pick counts one pick and fetch: launches outside, one copy out, no sync",
+          "[counter][sampling]") {
+  Sampling sampled;
+  sampled.temperature = 0.8, sampled.top_p = 0.9, sampled.presence_penalty = 0.5;
+  sampled.logprobs = 2;
+  for (const Sampling& s : {Sampling{}, sampled}) {
+    INFO("temperature " << s.temperature);
+    const StepCount fused = count_head_pick(128, 4, s, at::kCPU);
+    const StepCount composed = count_head_pick(128, 4, s, at::kCPU, /*fused=*/false);
+    for (const StepCount& n : {fused, composed}) {
+      CHECK(n.layers == 0);
+      CHECK(n.in_layers == 0);
+      CHECK(n.outside == n.counts.launches);
+      CHECK(n.outside > 0);
+      CHECK(n.host_copies == 1);  // the fetch
+      CHECK(n.syncs == 0);
+    }
+    CHECK(fused.outside < composed.outside);  // one kernel against the composition
   }
 }
