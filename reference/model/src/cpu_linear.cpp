@@ -147,9 +147,14 @@ std::vector<at::Tensor> first_bytes(const std::vector<at::Tensor>& weights, int6
   return out;
 }
 
-/// The rows a pass of the many-rows measurement multiplies: a prefill
-/// chunk's, where the work is arithmetic, not reading the weights.
-constexpr int64_t kManyRowsMeasured = 64;
+/// The rows a pass of the many-rows measurement multiplies: the CPU's
+/// default prefill chunk, where the work is arithmetic, not reading the
+/// weights.
+constexpr int64_t kManyRowsMeasured = 128;
+/// The weights it multiplies: more than a processor's cache holds, as a
+/// prefill step's are (16 MiB stayed cached and ranked the GEMM first on
+/// machines where oneDNN streams a whole model's prefill faster).
+constexpr int64_t kManyRowsBytes = int64_t{48} << 20;
 
 struct Routes {
   LinearRoute few = LinearRoute::kGemm;   // 1..kStreamRows rows
@@ -157,15 +162,15 @@ struct Routes {
 };
 
 /// Both routes: the few rows' over passes of 1 and 4 rows through every
-/// weight; the many rows' (the GEMM or oneDNN) over passes of 64 rows
-/// through the first 16 MiB, which take as long as a few-row pass of all.
+/// weight; the many rows' (the GEMM or oneDNN) over passes of
+/// kManyRowsMeasured rows through the first kManyRowsBytes.
 Routes measure_routes(const std::vector<at::Tensor>& weights) {
   c10::InferenceMode inference;
   Routes r;
   r.few = fastest(available({LinearRoute::kGemm, LinearRoute::kStream, LinearRoute::kOneDnn}),
                   weights, {1, 4});
   r.many = fastest(available({LinearRoute::kGemm, LinearRoute::kOneDnn}),
-                   first_bytes(weights, int64_t{16} << 20), {kManyRowsMeasured});
+                   first_bytes(weights, kManyRowsBytes), {kManyRowsMeasured});
   return r;
 }
 

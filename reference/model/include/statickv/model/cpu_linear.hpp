@@ -56,8 +56,8 @@ LinearRoute linear_route();
 LinearRoute linear_route(const std::vector<at::Tensor>& sample);
 
 /// The route this process measured faster for more than kStreamRows rows
-/// (the GEMM or oneDNN; measured with linear_route(), on passes of 64 rows
-/// through the first 16 MiB of the same weights). kGemm with the
+/// (the GEMM or oneDNN; measured with linear_route(), on passes of 128 rows
+/// through the first 48 MiB of the same weights). kGemm with the
 /// cpu_linear switch off.
 LinearRoute many_rows_route();
 
