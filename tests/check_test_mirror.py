@@ -50,7 +50,7 @@ def problems(root):
             found.append(f"{include}: expected one tests/**/test_{path.stem}.cpp but found "
                          f"{len(mirror)}")
             continue
-        text = cpp_api.strip(mirror[0].read_text())
+        text = cpp_api.blank_cxx(mirror[0].read_text())  # comments and strings blanked
         missing = [n for n in callable_names(path.read_text())
                    if not re.search(r"(?<![\w~])" + re.escape(n) + r"\b", text)]
         if missing:

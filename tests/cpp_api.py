@@ -1,11 +1,13 @@
 """The public functions a C++ header declares, read without a compiler.
 
 A small scanner for the project's own headers (clang-formatted, one
-declaration per statement): it drops comments, strings and preprocessor
-lines, walks the braces, skips function bodies, enums and everything in a
-`detail` (`utf8_detail`) or unnamed namespace or a private/protected section, and returns
-each remaining statement that declares a function. Used by
-check_api_doc.py (docs/api.md against the headers) and check_test_mirror.py
+declaration per statement): it blanks comments, literals and preprocessor
+lines with the function-length check's reader (blank_cxx in
+scripts/check_function_length.py), walks the braces, skips function
+bodies, enums and everything in a `detail` (`utf8_detail`) or unnamed
+namespace or a private/protected section, and returns each remaining
+statement that declares a function. Used by check_api_doc.py (docs/api.md
+against the headers) and check_test_mirror.py
 (each public header's test calls its functions).
 
 A declaration's *key* is its text up to the end of its parameter list plus
@@ -17,7 +19,12 @@ initializer list, `override` or `= delete`.
 """
 
 import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from check_function_length import blank_cxx  # noqa: E402
 
 SPECIFIERS = re.compile(r"\b(inline|static|virtual|explicit|constexpr|extern)\s+|\[\[\w+\]\]\s*")
 IDENT = re.compile(r"(~?[A-Za-z_]\w*|operator\s*(\(\)|\[\]|[^\w\s(]+))\s*$")
@@ -31,55 +38,6 @@ class Decl:
     deleted: bool   # `= delete`, `= default` or a destructor: nothing to document or call
     line: int
     override: bool = False
-
-
-def strip(text):
-    """Comments, string and character literals and preprocessor lines blanked,
-    newlines kept so line numbers survive."""
-    out, i, n = [], 0, len(text)
-    at_line_start = True
-    while i < n:
-        c = text[i]
-        if at_line_start and c == "#":
-            j = text.find("\n", i)
-            while j != -1 and text[j - 1] == "\\":
-                j = text.find("\n", j + 1)
-            j = n if j == -1 else j
-            out.append("\n" * text.count("\n", i, j))
-            i = j
-            continue
-        if c in " \t":
-            out.append(c)
-            i += 1
-            continue
-        at_line_start = c == "\n"
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            i = n if j == -1 else j
-            continue
-        if text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j == -1 else j + 2
-            out.append("\n" * text.count("\n", i, j))
-            i = j
-            continue
-        if c in "\"'" and not (c == "'" and i > 0 and text[i - 1].isalnum()):
-            if c == '"' and i > 0 and text[i - 1] == "R":  # raw string R"(...)"
-                k = text.find("(", i)
-                delim = ")" + text[i + 1:k] + '"'
-                j = text.find(delim, k) + len(delim)
-            else:
-                j = i + 1
-                while j < n and text[j] != c:
-                    j += 2 if text[j] == "\\" else 1
-                j += 1
-            out.append(c + c)
-            out.append("\n" * text.count("\n", i, j))
-            i = j
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out)
 
 
 def normalize(s):
@@ -290,4 +248,4 @@ class _Scanner:
 def declarations(text, public_only=True):
     """Every function declared at namespace or class scope in `text`, in
     order: with public_only, those a user of the header can call."""
-    return _Scanner(strip(text), public_only).run()
+    return _Scanner(blank_cxx(text), public_only).run()
