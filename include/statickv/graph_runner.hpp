@@ -1,14 +1,18 @@
 #pragma once
 // GraphRunner: capture a step once per bucket, replay it for every size.
 //
-// The runner owns, per key (batch bucket, query-length bucket and optionally
-// attended-length bucket), static input buffers [B, Q, ...], the step's
-// static outputs and, on CUDA, one CUDA graph; all graphs share one memory
-// pool and are captured largest first, so smaller captures reuse what the
-// first one grew. A call pads its real inputs [b, q, ...] into the key's
-// buffers (positions with -1: padded tokens and rows go to the cache's
+// The runner owns, per query-length bucket Q, one input buffer per input,
+// [largest batch bucket, Q, ...]; each key (batch bucket B, Q and optionally
+// an attended-length bucket) steps on its batch-prefix views [B, Q, ...]
+// (Note [step inputs on the device], docs/design.md). Per key it owns the
+// step's static outputs and, on CUDA, one CUDA graph; all graphs share one
+// memory pool and are captured largest first, so smaller captures reuse what
+// the first one grew. run() pads its real inputs [b, q, ...] into the key's
+// views (positions with -1: padded tokens and rows go to the cache's
 // scratch slot), replays, and returns views [b, q, ...] of the static
-// outputs, valid until the next call with the same key. Outputs declared
+// outputs, valid until the next call with the same key; run_in_place()
+// steps on what the buffers already hold, written there on the device by
+// whoever owns the next step's inputs. Outputs declared
 // per row (Options::row_outputs) are [B, ...] instead and come back as
 // [b, ...]: a prefill step that keeps only each row's last logits holds
 // [B, vocab] per key, not [B, Q, vocab].
@@ -239,28 +243,47 @@ class GraphRunner {
     for (size_t i = 0; i < inputs.size(); ++i) check_input(i, inputs[i], inputs[0]);
     const int64_t b = inputs[0].size(0);
     const int64_t q = inputs[0].size(1);
-    const GraphKey key = key_for(b, q, attend_len);
-    Entry& entry = entry_for(key);
-    if (graphs_ && !entry.graph && entry.stats.capture_failure.empty()) capture(entry);
+    Entry& entry = ready_entry(key_for(b, q, attend_len));
     for (size_t i = 0; i < inputs.size(); ++i) {
       pad_into(entry.inputs[i], inputs[i], specs_[i].pad_value);
     }
-    if (entry.graph) {
-      entry.graph->replay();
-      ++stats_.replays;
-    } else {
-      entry.outputs = checked_outputs(step_(entry.inputs, key), key);
-      ++stats_.eager_runs;
+    return step_entry(entry, b, q);
+  }
+
+  /// The input buffers of the query bucket that serves `query_len`, each
+  /// [largest batch bucket, Q, ...]: every key with that Q steps on their
+  /// batch-prefix views. Allocated on first use (filled with the pad
+  /// values), they never move (Invariant [stable addresses]), so a step or
+  /// a copy on the device may write the next step's inputs into them.
+  const std::vector<at::Tensor>& input_buffers(int64_t query_len) {
+    const int64_t bucket = options_.query_buckets.round_up(query_len, "query_len");
+    auto it = buffers_.find(bucket);
+    if (it != buffers_.end()) return it->second;
+    std::vector<at::Tensor> buffers;
+    for (const InputSpec& spec : specs_) {
+      std::vector<int64_t> shape = {options_.batch_buckets.max(), bucket};
+      shape.insert(shape.end(), spec.trailing.begin(), spec.trailing.end());
+      buffers.push_back(at::full(shape, spec.pad_value,
+                                 at::TensorOptions().dtype(spec.dtype).device(options_.device)));
     }
-    ++entry.stats.runs;
-    entry.stats.real_tokens += b * q;
-    entry.stats.padded_tokens += key.batch * key.query_len - b * q;
-    std::vector<at::Tensor> out;
-    for (size_t i = 0; i < entry.outputs.size(); ++i) {
-      out.push_back(is_row_output(i) ? entry.outputs[i].narrow(0, 0, b)
-                                     : unpad(entry.outputs[i], b, q));
+    return buffers_.emplace(bucket, std::move(buffers)).first->second;
+  }
+
+  /// Runs the step of `batch` rows of `query_len` tokens on the inputs the
+  /// bucket's buffers (input_buffers(query_len)) already hold: rows [0,
+  /// batch) as they stand, padding past query_len included, and rows
+  /// [batch, B) of the key's batch bucket filled with the pad values here,
+  /// on the device. Nothing is copied from the host and nothing is read
+  /// back. Returns what run() returns.
+  std::vector<at::Tensor> run_in_place(int64_t batch, int64_t query_len, int64_t attend_len = -1) {
+    (void)options_.batch_buckets.round_up(batch, "batch");  // refused here by their names
+    (void)options_.query_buckets.round_up(query_len, "query_len");
+    Entry& entry = ready_entry(key_for(batch, query_len, attend_len));
+    const int64_t padded = entry.stats.key.batch - batch;
+    for (size_t i = 0; i < specs_.size() && padded > 0; ++i) {
+      entry.inputs[i].narrow(0, batch, padded).fill_(specs_[i].pad_value);
     }
-    return out;
+    return step_entry(entry, batch, query_len);
   }
 
   /// Captures every key now (largest first), instead of on first use.
@@ -294,7 +317,7 @@ class GraphRunner {
 
  private:
   struct Entry {
-    std::vector<at::Tensor> inputs;   // [B, Q, ...] each
+    std::vector<at::Tensor> inputs;   // [B, Q, ...] each: views of buffers_[Q]
     std::vector<at::Tensor> outputs;  // [B, Q, ...] each
     std::unique_ptr<detail::DeviceGraph> graph;
     KeyStats stats;
@@ -320,13 +343,39 @@ class GraphRunner {
     if (it != entries_.end()) return it->second;
     Entry entry;
     entry.stats.key = key;
-    for (const InputSpec& spec : specs_) {
-      std::vector<int64_t> shape = {key.batch, key.query_len};
-      shape.insert(shape.end(), spec.trailing.begin(), spec.trailing.end());
-      entry.inputs.push_back(at::full(
-          shape, spec.pad_value, at::TensorOptions().dtype(spec.dtype).device(options_.device)));
+    for (const at::Tensor& buffer : input_buffers(key.query_len)) {
+      entry.inputs.push_back(buffer.narrow(0, 0, key.batch));
     }
     return entries_.emplace(key, std::move(entry)).first->second;
+  }
+
+  /// The key's entry, captured first where graphs are on.
+  Entry& ready_entry(const GraphKey& key) {
+    Entry& entry = entry_for(key);
+    if (graphs_ && !entry.graph && entry.stats.capture_failure.empty()) capture(entry);
+    return entry;
+  }
+
+  /// Replays or runs the entry on its inputs as they stand, counts the
+  /// call, and returns the outputs' views of `b` rows and `q` tokens.
+  std::vector<at::Tensor> step_entry(Entry& entry, int64_t b, int64_t q) {
+    const GraphKey& key = entry.stats.key;
+    if (entry.graph) {
+      entry.graph->replay();
+      ++stats_.replays;
+    } else {
+      entry.outputs = checked_outputs(step_(entry.inputs, key), key);
+      ++stats_.eager_runs;
+    }
+    ++entry.stats.runs;
+    entry.stats.real_tokens += b * q;
+    entry.stats.padded_tokens += key.batch * key.query_len - b * q;
+    std::vector<at::Tensor> out;
+    for (size_t i = 0; i < entry.outputs.size(); ++i) {
+      out.push_back(is_row_output(i) ? entry.outputs[i].narrow(0, 0, b)
+                                     : unpad(entry.outputs[i], b, q));
+    }
+    return out;
   }
 
   bool is_row_output(size_t i) const {
@@ -359,7 +408,13 @@ class GraphRunner {
   void capture(Entry& entry) {
 #ifdef STATICKV_HAS_CUDA
     const GraphKey key = entry.stats.key;
-    for (size_t i = 0; i < specs_.size(); ++i) entry.inputs[i].fill_(specs_[i].pad_value);
+    // Warm-up and capture run on padding; the shared buffers' rows get back
+    // what they held, since run_in_place steps on them as they stand.
+    std::vector<at::Tensor> held;
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      held.push_back(entry.inputs[i].clone());
+      entry.inputs[i].fill_(specs_[i].pad_value);
+    }
     const auto start = std::chrono::steady_clock::now();
     try {
       std::vector<at::Tensor> outputs;
@@ -374,6 +429,7 @@ class GraphRunner {
       entry.stats.capture_failure = e.what_without_backtrace();
       ++stats_.failed_captures;
     }
+    for (size_t i = 0; i < specs_.size(); ++i) entry.inputs[i].copy_(held[i]);
     const double took =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     entry.stats.capture_seconds += took;
@@ -388,6 +444,7 @@ class GraphRunner {
   Options options_;
   bool graphs_ = false;
   detail::GraphPool pool_;
+  std::map<int64_t, std::vector<at::Tensor>> buffers_;  // by query bucket
   std::map<GraphKey, Entry> entries_;
   RunnerStats stats_;
 };

@@ -281,3 +281,92 @@ TEST_CASE("input_count is the number of input specs run takes", "[runner]") {
   const GraphRunner three(attention_step_inputs({}, at::kFloat), attention_step_fn(cache), options);
   CHECK(three.input_count() == 3);
 }
+
+TEST_CASE("every key of a query bucket steps on batch-prefix views of one buffer per input",
+          "[runner]") {
+  HybridCache cache(ConfigBuilder().max_batch(4).max_len(32).hybrid(/*window=*/6, /*chunk=*/32));
+  GraphRunner::Options options;
+  options.batch_buckets = ShapeBuckets::powers_of_two(4);
+  options.query_buckets = ShapeBuckets::powers_of_two(8);
+  options.attend_buckets = ShapeBuckets::multiples_of(8, 32);
+  GraphRunner runner(attention_step_inputs({}, at::kFloat), attention_step_fn(cache), options);
+  runner.capture_all();
+  for (int64_t q : {1, 2, 4, 8}) {
+    const std::vector<at::Tensor>& buffers = runner.input_buffers(q);
+    REQUIRE(buffers.size() == 3);
+    CHECK(buffers[0].sizes() == at::IntArrayRef({4, q}));
+    CHECK(buffers[2].sizes() == at::IntArrayRef({4, q, 4, 8}));
+    for (int64_t b : {1, 2, 4}) {
+      for (int64_t a : {8, 16, 24, 32}) {
+        const std::vector<at::Tensor>& inputs = runner.static_inputs(GraphKey{b, q, a});
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          INFO("b " << b << ", q " << q << ", attend " << a << ", input " << i);
+          CHECK(inputs[i].data_ptr() == buffers[i].data_ptr());
+          CHECK(inputs[i].size(0) == b);
+          CHECK(inputs[i].is_contiguous());
+        }
+      }
+    }
+  }
+  // A length between buckets names its bucket's buffers.
+  CHECK(runner.input_buffers(3)[0].data_ptr() == runner.input_buffers(4)[0].data_ptr());
+  require_error([&] { runner.input_buffers(9); }, {"query_len", "got 9"});
+}
+
+TEST_CASE("run_in_place steps on what the buffers hold and pads the rows past the batch",
+          "[runner]") {
+  GraphRunner::Options options;
+  options.batch_buckets = ShapeBuckets::powers_of_two(8);
+  options.query_buckets = ShapeBuckets::of({1});
+  GraphRunner runner(chained_step_inputs(), chained_step(), options);
+  const std::vector<at::Tensor>& buffers = runner.input_buffers(1);
+  // Three live rows written once from the host; rows 3..7 hold garbage.
+  buffers[0].copy_(at::arange(8, i64()).mul(100).unsqueeze(1));
+  buffers[1].copy_(at::arange(8, i64()).add(5).unsqueeze(1));
+  const at::Tensor garbage_ids = buffers[0].narrow(0, 4, 4).clone();
+  for (int64_t step = 0; step < 4; ++step) {
+    const at::Tensor out = runner.run_in_place(/*batch=*/3, /*query_len=*/1)[0];
+    INFO("step " << step);
+    REQUIRE(out.sizes() == at::IntArrayRef({3, 1}));
+    // Row r: id 100 r + step at position 5 + r + step.
+    const at::Tensor r = at::arange(3, i64()).unsqueeze(1);
+    CHECK(at::equal(out, r.mul(100).add(step).mul(10).add(r.add(5 + step))));
+  }
+  // Row 3 is in the key's bucket (4): padded on the device and left padding.
+  CHECK(buffers[1][3].item<int64_t>() == -1);
+  CHECK(buffers[0][3].item<int64_t>() == 0);
+  // Rows past the bucket belong to no step of this key: untouched.
+  CHECK(at::equal(buffers[0].narrow(0, 4, 4), garbage_ids));
+  const RunnerStats stats = runner.stats();
+  REQUIRE(stats.keys.size() == 1);
+  CHECK(stats.keys[0].runs == 4);
+  CHECK(stats.keys[0].real_tokens == 12);
+  CHECK(stats.keys[0].padded_tokens == 4);
+}
+
+TEST_CASE("run_in_place after run continues from the inputs the step wrote", "[runner]") {
+  GraphRunner::Options options;
+  options.batch_buckets = ShapeBuckets::powers_of_two(4);
+  options.query_buckets = ShapeBuckets::of({1});
+  GraphRunner runner(chained_step_inputs(), chained_step(), options);
+  // The host hands two rows in once; the step's own writes feed the rest,
+  // and a smaller batch bucket reads the same rows.
+  const auto column = [](std::vector<int64_t> v) { return positions(v).unsqueeze(1); };
+  CHECK(at::equal(runner.run({column({7, 9}), column({3, 3})})[0], column({73, 93})));
+  CHECK(at::equal(runner.run_in_place(2, 1)[0], column({84, 104})));
+  CHECK(at::equal(runner.run_in_place(1, 1)[0], column({95})));
+  // Row 1 sat out the batch-1 step: it reads what step 2 left it.
+  CHECK(at::equal(runner.run_in_place(2, 1)[0], column({106, 115})));
+}
+
+TEST_CASE("run_in_place refuses a batch or length no bucket serves", "[runner][errors]") {
+  GraphRunner::Options options;
+  options.batch_buckets = ShapeBuckets::powers_of_two(4);
+  options.query_buckets = ShapeBuckets::powers_of_two(2);
+  GraphRunner runner(chained_step_inputs(), chained_step(), options);
+  require_error([&] { runner.run_in_place(0, 1); }, {"batch: expected a value in [1, 4]", "got 0"});
+  require_error([&] { runner.run_in_place(5, 1); }, {"batch: expected a value in [1, 4]", "got 5"});
+  require_error([&] { runner.run_in_place(1, 0); }, {"query_len: expected", "[1, 2]", "got 0"});
+  require_error([&] { runner.run_in_place(1, 3); }, {"query_len: expected", "[1, 2]", "got 3"});
+  CHECK(runner.stats().keys.empty());
+}

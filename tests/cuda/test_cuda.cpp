@@ -303,6 +303,34 @@ at::Tensor ragged_step(std::vector<int64_t>& have, const std::vector<int64_t>& t
 
 }  // namespace
 
+TEST_CASE("captured run_in_place steps chain on the device and a capture keeps the buffers' rows",
+          "[cuda][graph][runner]") {
+  GraphRunner::Options options;
+  options.batch_buckets = ShapeBuckets::powers_of_two(4);
+  options.query_buckets = ShapeBuckets::of({1});
+  GraphRunner cpu(chained_step_inputs(), chained_step(), options);
+  options.device = at::Device(at::kCUDA, 0);
+  GraphRunner gpu(chained_step_inputs(), chained_step(), options);
+  REQUIRE(gpu.uses_graphs());
+  const at::Tensor ids = at::tensor({7, 9, 11}, i64()).unsqueeze(1);
+  const at::Tensor pos = at::tensor({3, 4, 5}, i64()).unsqueeze(1);
+  CHECK(at::equal(gpu.run({ids.cuda(), pos.cuda()})[0].cpu(), cpu.run({ids, pos})[0]));
+  const void* buffer = gpu.input_buffers(1)[0].data_ptr();
+  // Each batch's first step captures its key on padding, then finds the
+  // rows the earlier steps wrote; the rest replay.
+  for (int64_t b : {3, 1, 2, 3, 4, 3}) {
+    INFO("batch " << b);
+    const at::Tensor want = cpu.run_in_place(b, 1)[0];
+    CHECK(at::equal(gpu.run_in_place(b, 1)[0].cpu(), want));
+    CHECK(at::equal(gpu.input_buffers(1)[1].cpu(), cpu.input_buffers(1)[1]));
+  }
+  CHECK(gpu.input_buffers(1)[0].data_ptr() == buffer);
+  const RunnerStats stats = gpu.stats();
+  CHECK(stats.captures == 3);
+  CHECK(stats.failed_captures == 0);
+  CHECK(stats.replays == 7);
+}
+
 TEST_CASE("on CUDA, attend's varlen path equals the masked path in fp16 and bf16",
           "[cuda][attend][memcheck]") {
   for (at::ScalarType dtype : {at::kHalf, at::kBFloat16}) {

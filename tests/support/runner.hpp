@@ -46,4 +46,22 @@ inline GraphRunner::StepFn attention_step_fn(Cache& cache) {
   };
 }
 
+/// A chained step over inputs [ids, positions] ({"ids", kLong, {}, 0},
+/// {"positions", kLong, {}, -1}): its output is ids * 10 + the position,
+/// and it writes its next inputs into its own buffers in place (each live
+/// id + 1, each live position + 1), as a decode step whose pick feeds the
+/// next step does. Padding (position -1) stays padding.
+inline std::vector<InputSpec> chained_step_inputs() {
+  return {{"ids", at::kLong, {}, 0}, {"positions", at::kLong, {}, -1}};
+}
+inline GraphRunner::StepFn chained_step() {
+  return [](const std::vector<at::Tensor>& in, const GraphKey&) {
+    const at::Tensor live = in[1].ge(0).to(at::kLong);
+    at::Tensor out = in[0].mul(10).add(in[1]);
+    in[0].add_(live);
+    in[1].add_(live);
+    return std::vector<at::Tensor>{out};
+  };
+}
+
 }  // namespace statickv::test
