@@ -4,6 +4,7 @@
 // cannot do it refuses by name.
 
 #include "support.hpp"
+#include "support/model.hpp"
 
 #include <statickv/engine/chained_decode.hpp>
 #include <statickv/engine/generator.hpp>
@@ -15,10 +16,7 @@ using namespace statickv::test;
 
 namespace {
 
-LlamaModel chained_model(const std::string& shape) {
-  const ModelConfig config = named_config(shape);
-  return LlamaModel(config, random_weights(config, /*seed=*/5, at::kFloat, at::kCPU));
-}
+LlamaModel chained_model(const std::string& shape) { return random_model(shape, /*seed=*/5); }
 
 ChainedOptions chained_options(DecodePath path, int64_t batch) {
   ChainedOptions o;

@@ -7,6 +7,7 @@
 // test_scheduler.cpp's.
 
 #include "support.hpp"
+#include "support/model.hpp"
 
 #include <statickv/engine/engine.hpp>
 #include <statickv/engine/speculative.hpp>
@@ -21,8 +22,7 @@ using namespace statickv::test;
 namespace {
 
 LlamaModel engine_model(const std::string& shape = "tiny", uint64_t seed = 3) {
-  const ModelConfig config = named_config(shape);
-  return LlamaModel(config, random_weights(config, seed, at::kFloat, at::kCPU));
+  return random_model(shape, seed);
 }
 
 /// Two rows of a static cache of 64 positions, prompt chunks of 4.

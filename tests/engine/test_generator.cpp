@@ -5,6 +5,7 @@
 
 #include "support.hpp"
 #include "support/generation.hpp"
+#include "support/model.hpp"
 
 #include <statickv/engine/generator.hpp>
 #include <statickv/model/checkpoint.hpp>
@@ -20,8 +21,7 @@ using namespace statickv::test;
 namespace {
 
 LlamaModel make_model(const std::string& shape, at::ScalarType dtype = at::kFloat) {
-  const ModelConfig config = named_config(shape);
-  return LlamaModel(config, random_weights(config, /*seed=*/3, dtype, at::kCPU));
+  return random_model(shape, /*seed=*/3, dtype);
 }
 
 // Logits [b, T, vocab] of every position, fed to `backend` as a prefill of

@@ -8,6 +8,7 @@
 // tests/sampling/test_head.cpp.
 
 #include "support/generation.hpp"
+#include "support/model.hpp"
 #include "support/sampling.hpp"
 
 #include <statickv/engine/engine.hpp>
@@ -24,16 +25,14 @@
 
 using namespace statickv;
 using namespace statickv::reference;
+using statickv::test::random_model;
 using statickv::test::require_error;
 using statickv::test::static_rows;
 using statickv::test::submit_counted_batch;
 
 namespace {
 
-LlamaModel tiny(uint64_t seed = 3) {
-  const ModelConfig config = named_config("tiny");
-  return LlamaModel(config, random_weights(config, seed, at::kFloat, at::kCPU));
-}
+LlamaModel tiny(uint64_t seed = 3) { return random_model("tiny", seed); }
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 // Scheduler reports.
 
 #include "support/generation.hpp"
+#include "support/model.hpp"
 
 #include <statickv/engine/scheduler.hpp>
 #include <statickv/engine/trace.hpp>
@@ -25,6 +26,7 @@
 using namespace statickv;
 using namespace statickv::reference;
 using statickv::test::addresses;
+using statickv::test::random_model;
 using statickv::test::Snapshot;
 
 namespace {
@@ -33,9 +35,7 @@ constexpr int64_t kMaxLen = 64;
 constexpr int64_t kEos = 7;  // the test model's eos id
 
 LlamaModel tiny_model(const std::string& shape, uint64_t seed = 3) {
-  ModelConfig config = named_config(shape);
-  config.eos_token_ids = {kEos};
-  return LlamaModel(config, random_weights(config, seed, at::kFloat, at::kCPU));
+  return random_model(shape, seed, at::kFloat, kEos);
 }
 
 /// Seeded temperature / top-k / top-p sampling settings.

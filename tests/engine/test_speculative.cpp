@@ -7,6 +7,7 @@
 
 #include "support.hpp"
 #include "support/generation.hpp"
+#include "support/model.hpp"
 
 #include <statickv/engine/generator.hpp>
 #include <statickv/engine/speculative.hpp>
@@ -24,8 +25,7 @@ using namespace statickv::test;
 namespace {
 
 LlamaModel make_model(const std::string& shape, uint64_t seed = 3) {
-  const ModelConfig config = named_config(shape);
-  return LlamaModel(config, random_weights(config, seed, at::kFloat, at::kCPU));
+  return random_model(shape, seed);
 }
 
 constexpr int64_t kVocab = 8;

@@ -6,6 +6,7 @@
 // the weights and inputs it refuses.
 
 #include "support.hpp"
+#include "support/model.hpp"
 
 #include <statickv/model/checkpoint.hpp>
 #include <statickv/model/model.hpp>
@@ -21,8 +22,7 @@ using namespace statickv::test;
 namespace {
 
 LlamaModel tiny_model(const std::string& name, at::ScalarType dtype = at::kFloat) {
-  const ModelConfig config = named_config(name);
-  return LlamaModel(config, random_weights(config, /*seed=*/7, dtype, at::kCPU));
+  return random_model(name, /*seed=*/7, dtype);
 }
 
 // One rank of one: the collectives are the identity; it counts the
