@@ -354,7 +354,7 @@ TEST_CASE("the head refuses malformed verification inputs by name, before any st
       [&] {
         head.verify(logits, DraftSet{ok, {}}, both);
       },
-      {"verify: expected rows without penalties"});
+      {"verify: expected rows without penalties", "row 1 has presence_penalty=0.5"});
   // Nothing was written: row 0 still picks as a fresh greedy row.
   head.verify(logits, DraftSet{ok, {}}, {true, false});
   CHECK(head.fetch(1)[0].token == 0);

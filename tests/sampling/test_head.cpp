@@ -563,7 +563,8 @@ TEST_CASE("check_verify refuses by name what verify refuses, and neither changes
       [&] {
         head.check_verify(2, d, {true, true});
       },
-      {"verify", "penalties, logit_bias, min_tokens or logprobs"});
+      {"verify", "penalties, logit_bias, min_tokens or logprobs",
+       "row 1 has presence_penalty=0.5"});
   require_error(
       [&] {
         head.check_verify(1, d, {true, false});
@@ -585,6 +586,27 @@ TEST_CASE("check_verify refuses by name what verify refuses, and neither changes
   fresh.verify(x, d, {true, false});
   CHECK(head.fetch(1)[0].accepted == 1);
   CHECK(head.fetch(1)[0].token == fresh.fetch(1)[0].token);
+}
+
+TEST_CASE("check_verify names the taking row and the setting verification cannot apply",
+          "[sampling][errors]") {
+  std::vector<std::pair<Sampling, std::string>> cases(6);
+  cases[0].first.repetition_penalty = 1.3, cases[0].second = "repetition_penalty=1.3";
+  cases[1].first.presence_penalty = 0.5, cases[1].second = "presence_penalty=0.5";
+  cases[2].first.frequency_penalty = 0.25, cases[2].second = "frequency_penalty=0.25";
+  cases[3].first.logit_bias = {{3, 1.0}, {4, -1.0}}, cases[3].second = "logit_bias with 2 entries";
+  cases[4].first.min_tokens = 2, cases[4].second = "min_tokens=2";
+  cases[5].first.logprobs = 0, cases[5].second = "logprobs=0";
+  for (const auto& [setting, named] : cases) {
+    INFO(named);
+    SamplingHead head = make_head(3);
+    head.set_row(0, Sampling{}, {}, {});
+    head.set_row(1, Sampling{}, {}, {});
+    head.set_row(2, setting, {}, {});
+    const DraftSet d = drafts_of({{1}, {2}, {3}});
+    require_error([&] { head.check_verify(1, d, {true, true, true}); }, {"row 2 has " + named});
+    head.check_verify(1, d, {true, true, false});  // row 2 does not take: accepted
+  }
 }
 
 TEST_CASE("verify_all verifies what verify verifies, from the pass's ids and positions",

@@ -8,6 +8,8 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <sstream>
+#include <string>
 
 namespace statickv::reference {
 
@@ -45,6 +47,29 @@ at::Tensor SamplingHead::accepted_drafts(const at::Tensor& p, const at::Tensor& 
   return test.lt(pd).logical_and_(valid).to(at::kLong).cumprod(1).sum(1).view({b, 1});
 }
 
+namespace {
+
+/// The first setting of `s` that verification cannot apply, as "name=value"
+/// ("" = none): each depends on every accepted token.
+std::string unverifiable_setting(const Sampling& s) {
+  std::ostringstream out;
+  if (s.repetition_penalty != 1.0)
+    out << "repetition_penalty=" << s.repetition_penalty;
+  else if (s.presence_penalty != 0.0)
+    out << "presence_penalty=" << s.presence_penalty;
+  else if (s.frequency_penalty != 0.0)
+    out << "frequency_penalty=" << s.frequency_penalty;
+  else if (!s.logit_bias.empty())
+    out << "logit_bias with " << s.logit_bias.size() << " entries";
+  else if (s.min_tokens > 0)
+    out << "min_tokens=" << s.min_tokens;
+  else if (s.logprobs >= 0)
+    out << "logprobs=" << s.logprobs;
+  return out.str();
+}
+
+}  // namespace
+
 SamplingHead::Rows SamplingHead::verified_rows(int64_t b, int64_t k, const DraftSet& drafts,
                                                const std::vector<bool>& takes) const {
   const int64_t vocab = options_.vocab_size;
@@ -56,9 +81,14 @@ SamplingHead::Rows SamplingHead::verified_rows(int64_t b, int64_t k, const Draft
               "q: expected [", b, ", ", k, ", ", vocab, "] but got ", drafts.q.sizes());
   const Rows rows = scan(b, &takes);
   if (!rows.any) return rows;
-  TORCH_CHECK(!rows.marks && !rows.bias && !rows.min_tokens && rows.logprobs < 0,
-              "verify: expected rows without penalties, logit_bias, min_tokens or logprobs "
-              "(they depend on each accepted token) but a taking row has one");
+  for (int64_t r = 0; r < b; ++r) {
+    if (!takes[static_cast<size_t>(r)]) continue;
+    const std::string setting = unverifiable_setting(host_[static_cast<size_t>(r)]);
+    TORCH_CHECK(setting.empty(),
+                "verify: expected rows without penalties, logit_bias, "
+                "min_tokens or logprobs (they depend on each accepted token) but row ",
+                r, " has ", setting);
+  }
   for (int64_t r = 0; r < b; ++r) {
     const std::vector<int64_t>& row = drafts.ids[static_cast<size_t>(r)];
     TORCH_CHECK(static_cast<int64_t>(row.size()) <= k, "drafts[", r, "]: expected at most k=", k,
