@@ -131,13 +131,23 @@ TEST_CASE("padded rows of a bucket leave the rows past the live batch bit-identi
   CHECK(stats.keys[0].padded_fraction() == Approx(26.0 / 64.0));
 }
 
-TEST_CASE("a key's static buffers keep their addresses across calls", "[runner]") {
-  HybridCache cache(ConfigBuilder().max_batch(4).max_len(32).hybrid(/*window=*/6, /*chunk=*/32));
+namespace {
+
+/// Batch buckets 1, 2, 4; query buckets 1 to 8; attend buckets 8 to 32.
+GraphRunner::Options three_bucket_options() {
   GraphRunner::Options options;
   options.batch_buckets = ShapeBuckets::powers_of_two(4);
   options.query_buckets = ShapeBuckets::powers_of_two(8);
   options.attend_buckets = ShapeBuckets::multiples_of(8, 32);
-  GraphRunner runner(attention_step_inputs({}, at::kFloat), attention_step_fn(cache), options);
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("a key's static buffers keep their addresses across calls", "[runner]") {
+  HybridCache cache(ConfigBuilder().max_batch(4).max_len(32).hybrid(/*window=*/6, /*chunk=*/32));
+  GraphRunner runner(attention_step_inputs({}, at::kFloat), attention_step_fn(cache),
+                     three_bucket_options());
   runner.capture_all();  // eager build: allocates every key's buffers
   CHECK(runner.stats().keys.size() == 3 * 4 * 4);
   const GraphKey key = runner.key_for(3, 5, 9);
@@ -285,11 +295,8 @@ TEST_CASE("input_count is the number of input specs run takes", "[runner]") {
 TEST_CASE("every key of a query bucket steps on batch-prefix views of one buffer per input",
           "[runner]") {
   HybridCache cache(ConfigBuilder().max_batch(4).max_len(32).hybrid(/*window=*/6, /*chunk=*/32));
-  GraphRunner::Options options;
-  options.batch_buckets = ShapeBuckets::powers_of_two(4);
-  options.query_buckets = ShapeBuckets::powers_of_two(8);
-  options.attend_buckets = ShapeBuckets::multiples_of(8, 32);
-  GraphRunner runner(attention_step_inputs({}, at::kFloat), attention_step_fn(cache), options);
+  GraphRunner runner(attention_step_inputs({}, at::kFloat), attention_step_fn(cache),
+                     three_bucket_options());
   runner.capture_all();
   for (int64_t q : {1, 2, 4, 8}) {
     const std::vector<at::Tensor>& buffers = runner.input_buffers(q);
