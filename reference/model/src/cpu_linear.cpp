@@ -140,9 +140,10 @@ std::vector<at::Tensor> first_bytes(const std::vector<at::Tensor>& weights, int6
   std::vector<at::Tensor> out;
   int64_t taken = 0;
   for (const at::Tensor& w : weights) {
-    if (!out.empty() && taken + w.nbytes() > bytes) break;
+    const auto size = static_cast<int64_t>(w.nbytes());
+    if (!out.empty() && taken + size > bytes) break;
     out.push_back(w);
-    taken += w.nbytes();
+    taken += size;
   }
   return out;
 }
