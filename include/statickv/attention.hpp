@@ -8,6 +8,7 @@
 // the NaN a naive softmax gives.
 
 #include <statickv/detail/checks.hpp>
+#include <statickv/kernel_switches.hpp>
 
 #include <ATen/ATen.h>
 
@@ -78,14 +79,45 @@ inline at::Tensor reference_attention(const at::Tensor& query, const at::Tensor&
   return softcapped_attention(query, keys, values, mask, 0.0);
 }
 
+/// One query a row on the CPU (Note [decode attention on the CPU]):
+/// softmax(q k^T / sqrt(head_dim) + mask) v for query [b, heads, 1,
+/// head_dim] and keys, values [b, kv_heads, kv, head_dim] of its dtype
+/// (Float, BFloat16 or Half), with an additive mask [b, 1, 1, kv] of that
+/// dtype, accumulated in float. A key masked at the dtype's lowest value or
+/// below -1e30 is skipped (a query that sees no key gets zeros, as
+/// reference_attention). Each (row,
+/// kv head) reads its keys and values once for its whole group of query
+/// heads, one item of
+/// at::parallel_for. Records itself as statickv::decode_attention.
+at::Tensor cpu_decode_attention(const at::Tensor& query, const at::Tensor& keys,
+                                const at::Tensor& values, const at::Tensor& mask);
+
+namespace detail {
+
+// Whether sdpa_attention takes cpu_decode_attention: one query a row on the
+// CPU, an additive mask, a float dtype of at most 32 bits, the switch on.
+inline bool takes_decode_attention(const at::Tensor& query, const at::Tensor& mask) {
+  const at::ScalarType t = query.scalar_type();
+  return query.device().is_cpu() && query.size(2) == 1 && mask.scalar_type() == t &&
+         (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) &&
+         kernel_enabled("decode_attention");
+}
+
+}  // namespace detail
+
 /// Fused attention (scaled_dot_product_attention with enable_gqa). mask:
 /// a StepPlan's bool mask(layer) or, faster, its additive_mask(layer). A float
 /// mask is added to the scores, as in sdpa: a 0/1 float mask blocks nothing.
+/// One query a row on the CPU with an additive mask runs
+/// cpu_decode_attention (switch decode_attention, Note [kernel switches]).
 inline at::Tensor sdpa_attention(const at::Tensor& query, const at::Tensor& keys,
                                  const at::Tensor& values, const at::Tensor& mask) {
   detail::check_attention_args(query, keys, values, mask, /*allow_additive=*/true);
   detail::check_dtype("keys", keys, query.scalar_type(), " (the query's)");
   detail::check_dtype("values", values, query.scalar_type(), " (the query's)");
+  if (detail::takes_decode_attention(query, mask)) {
+    return cpu_decode_attention(query, keys, values, mask);
+  }
   return at::scaled_dot_product_attention(query, keys, values, mask, /*dropout_p=*/0.0,
                                           /*is_causal=*/false, /*scale=*/std::nullopt,
                                           /*enable_gqa=*/true);

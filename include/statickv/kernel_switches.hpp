@@ -27,6 +27,8 @@ inline const std::vector<std::string>& kernel_names() {
       "decode_prepare",  // prepare() of one query a row (CPU and CUDA) -> its ATen composition
       "cpu_linear",      // fused path's projections of a few rows by the fastest route (CPU) -> the
                          // GEMM
+      "decode_attention",  // sdpa_attention of one query a row (CPU) ->
+                           // scaled_dot_product_attention
   };
   return names;
 }

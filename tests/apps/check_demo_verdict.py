@@ -31,12 +31,14 @@ CASES = [
     (["--shape", "tiny", "--dtype", "bf16"],
      [r"^logits vs dynamic: .* \(tolerance 0\.5 in bf16\)$",
       r"^verdict: OK: static and dynamic caches agree"]),
-    # Longer bf16 runs meet near ties: on x86-64 CPUs seed 4 flips one
-    # greedy token 0.002 apart (another CPU may flip none); either way the
-    # verdict is OK, and a flip must be reported as a near tie.
+    # Longer bf16 runs meet near ties: on x86-64 CPUs seed 4 flips greedy
+    # tokens about 0.002 apart in one or two prompts (the static cache's
+    # decode attention, cpu_decode_attention, rounds otherwise than the
+    # baseline's sdpa; another CPU may flip none); either way the verdict is
+    # OK, and a flip must be reported as a near tie.
     (["--shape", "tiny", "--dtype", "bf16", "--seed", "4", "--batch", "4", "--prompt-len", "24",
       "--max-new-tokens", "40"],
-     [r"^tokens vs dynamic: (identical|1 of 4 prompts differ; first: prompt \d+, token \d+: "
+     [r"^tokens vs dynamic: (identical|[12] of 4 prompts differ; first: prompt \d+, token \d+: "
       r"static \d+, dynamic \d+, \S+ apart in dynamic's logits \(a near tie: <= 0\.1\))$",
       r"^verdict: OK: static and dynamic caches agree"]),
     # Sliding layers: the hybrid cache, prefilled in chunks of 5 in both

@@ -2,8 +2,11 @@
 // and softcapped_attention against attention computed by its definition with
 // loops in double (grouped-query heads, masks, the soft-cap, zeros for a
 // query that sees no key), and sdpa_attention against the reference with a
-// bool mask, its additive form and a StepPlan's masks. Each argument's
-// refusal is tabled in test_bad_input_helpers.cpp; here, the softcap's.
+// bool mask, its additive form and a StepPlan's masks; cpu_decode_attention
+// (one query a row on the CPU) by definition in each float dtype, and as
+// sdpa_attention's one launch for such a query. Each argument's refusal is
+// tabled in test_bad_input_helpers.cpp; here, the softcap's and the decode
+// kernel's.
 
 #include "support.hpp"
 
@@ -202,4 +205,96 @@ TEST_CASE("sdpa_attention takes a StepPlan's bool mask or its additive mask", "[
     const at::Tensor got = sdpa_attention(query, views.keys, views.values, mask);
     CHECK(close(got.masked_fill(keep.logical_not(), 0), want.mul(keep), 1e-5));
   }
+}
+
+namespace {
+
+// One query a row over cache-like views: keys and values are the first
+// `kv` slots of a wider buffer (strided rows, as a batch-prefix view), with
+// an additive mask in which row 1 sees only its first two keys and row 2
+// none (a padded row).
+struct DecodeInputs {
+  at::Tensor query, keys, values, mask, bool_mask;
+};
+
+DecodeInputs decode_inputs(uint64_t seed, int64_t dim, int64_t kv, at::ScalarType dtype) {
+  at::manual_seed(seed);
+  const auto opts = at::TensorOptions().dtype(dtype);
+  DecodeInputs in;
+  in.query = at::randn({3, kHeads, 1, dim}, opts);
+  in.keys = at::randn({3, kKvHeads, kv + 5, dim}, opts).narrow(2, 0, kv);
+  in.values = at::randn({3, kKvHeads, kv + 5, dim}, opts).narrow(2, 0, kv);
+  in.bool_mask = at::ones({3, 1, 1, kv}, at::kBool);
+  in.bool_mask[1].narrow(2, 2, kv - 2).fill_(false);
+  in.bool_mask[2].fill_(false);
+  in.mask = additive_mask(in.bool_mask, dtype);
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "cpu_decode_attention is attention by definition for one query a row over strided views, in "
+    "float32, bfloat16 and float16",
+    "[attention][decode_attention]") {
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (const int64_t dim : {kDim, int64_t{12}, int64_t{64}}) {  // 12: a tail past the lanes
+      INFO(dtype << " head_dim " << dim);
+      const DecodeInputs in = decode_inputs(8, dim, 37, dtype);
+      const at::Tensor got = cpu_decode_attention(in.query, in.keys, in.values, in.mask);
+      CHECK(got.sizes() == in.query.sizes());
+      CHECK(got.scalar_type() == dtype);
+      const at::Tensor want = by_definition(in.query, in.keys, in.values, in.bool_mask);
+      INFO("max diff " << max_diff(got, want));
+      CHECK(within_units(got, want, dtype));
+    }
+  }
+}
+
+TEST_CASE(
+    "sdpa_attention of one query a row on the CPU is cpu_decode_attention, one launch, and "
+    "equals scaled_dot_product_attention",
+    "[attention][decode_attention][counter]") {
+  const DecodeInputs in = decode_inputs(9, 64, 130, at::kFloat);
+  at::Tensor got;
+  {
+    OpCounter ops;
+    got = sdpa_attention(in.query, in.keys, in.values, in.mask);
+    CHECK(ops.launches() == 1);
+    CHECK(ops.counts().launched.at("").count("statickv::decode_attention") == 1);
+  }
+  const at::Tensor sdpa = at::scaled_dot_product_attention(
+      in.query, in.keys, in.values, in.mask, 0.0, false, std::nullopt, /*enable_gqa=*/true);
+  // Rows that see a key; the padded row gets zeros, where sdpa averages
+  // every value.
+  INFO("max diff " << max_diff(got.narrow(0, 0, 2), sdpa.narrow(0, 0, 2)));
+  CHECK(within_units(got.narrow(0, 0, 2), sdpa.narrow(0, 0, 2), at::kFloat));
+  CHECK(got[2].eq(0).all().item<bool>());
+  // Two queries a row, or a bool mask, stay with scaled_dot_product_attention.
+  OpCounter ops;
+  sdpa_attention(in.query, in.keys, in.values, in.bool_mask);
+  sdpa_attention(in.query.expand({3, kHeads, 2, 64}), in.keys, in.values,
+                 in.mask.expand({3, 1, 2, 130}));
+  CHECK(ops.counts().launched.at("").count("statickv::decode_attention") == 0);
+}
+
+TEST_CASE("cpu_decode_attention refuses what it cannot take, by name",
+          "[attention][decode_attention][errors]") {
+  const DecodeInputs in = decode_inputs(10, kDim, 6, at::kFloat);
+  require_error(
+      [&] {
+        cpu_decode_attention(in.query.expand({3, kHeads, 2, kDim}), in.keys, in.values,
+                             in.mask.expand({3, 1, 2, 6}));
+      },
+      {"query", "one query a row", "[3, 4, 2, 8]"});
+  require_error(
+      [&] {
+        cpu_decode_attention(in.query.to(at::kDouble), in.keys.to(at::kDouble),
+                             in.values.to(at::kDouble), in.mask.to(at::kDouble));
+      },
+      {"query", "Float, BFloat16 or Half", "Double"});
+  require_error([&] { cpu_decode_attention(in.query, in.keys, in.values, in.bool_mask); },
+                {"mask", "Float", "Bool"});
+  require_error([&] { cpu_decode_attention(in.query, in.keys.to(at::kHalf), in.values, in.mask); },
+                {"keys", "Float", "Half"});
 }

@@ -80,9 +80,9 @@ TEST_CASE("kernel_names lists each switchable kernel once, the same list on ever
   CHECK(&kernel_names() == &names);
   std::vector<std::string> sorted = names;
   std::sort(sorted.begin(), sorted.end());
-  const std::vector<std::string> want = {"act_mul",     "cpu_linear", "decode_prepare",
-                                         "fp32_logits", "pick_grid",  "rotary_write",
-                                         "sample_pick"};
+  const std::vector<std::string> want = {"act_mul",        "cpu_linear",  "decode_attention",
+                                         "decode_prepare", "fp32_logits", "pick_grid",
+                                         "rotary_write",   "sample_pick"};
   CHECK(sorted == want);
   for (const std::string& n : names) {
     INFO(n);

@@ -8,10 +8,11 @@
 
 #include "stream_linear.hpp"
 
+#include <statickv/detail/cpu_isa.hpp>
+
 #include <ATen/Parallel.h>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define STATICKV_STREAM_AVX2 1
+#ifdef STATICKV_CPU_AVX2
 #include <immintrin.h>
 #endif
 
@@ -64,7 +65,7 @@ void columns_portable(const Operands& o, int64_t n0, int64_t n1) {
   }
 }
 
-#ifdef STATICKV_STREAM_AVX2
+#ifdef STATICKV_CPU_AVX2
 
 /// The sums of eight accumulators at once, a[i]'s in lane i: three rounds
 /// of pairwise adds instead of eight separate horizontal sums.
@@ -147,11 +148,6 @@ __attribute__((target("avx2,fma"))) void columns_avx2(const Operands& o, int64_t
   for (; n < n1; ++n) rows_avx2<1>(o, n);
 }
 
-bool has_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
-
 #endif
 
 void run(const Operands& o, int64_t out, bool portable = false) {
@@ -161,8 +157,8 @@ void run(const Operands& o, int64_t out, bool portable = false) {
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, kBlock * o.in));
   at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
     const int64_t n0 = b0 * kBlock, n1 = std::min(out, b1 * kBlock);
-#ifdef STATICKV_STREAM_AVX2
-    if (!portable && has_avx2()) return columns_avx2(o, n0, n1);
+#ifdef STATICKV_CPU_AVX2
+    if (!portable && detail::cpu_has_avx2_fma()) return columns_avx2(o, n0, n1);
 #else
     (void)portable;
 #endif
@@ -195,8 +191,8 @@ void stream_linear_into(const at::Tensor& rows, const at::Tensor& weight, const 
 }
 
 std::string stream_loop_isa() {
-#ifdef STATICKV_STREAM_AVX2
-  if (has_avx2()) return "avx2";
+#ifdef STATICKV_CPU_AVX2
+  if (detail::cpu_has_avx2_fma()) return "avx2";
 #endif
   return "portable";
 }
