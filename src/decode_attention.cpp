@@ -5,7 +5,6 @@
 #include <statickv/attention.hpp>
 #include <statickv/detail/cpu_isa.hpp>
 
-#include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 
@@ -68,20 +67,30 @@ float blocked_at() {
 }
 
 // The scores of `group` query heads against one kv head's keys, scaled and
-// masked, in float: scores[g * kv + j]; -inf for a blocked key.
+// masked, in float: scores[g * kv + j]; -inf for a blocked key. The keys
+// not blocked go to live[0, n) in order; returns n.
 template <typename T>
-STATICKV_INLINE void group_scores(const at::TensorAccessor<T, 3>& q, int64_t first_head,
-                                  int64_t group, const at::TensorAccessor<T, 2>& k,
-                                  const Row<T>& mask, float scale, float* scores) {
+STATICKV_INLINE int64_t group_scores(const at::TensorAccessor<T, 3>& q, int64_t first_head,
+                                     int64_t group, const at::TensorAccessor<T, 2>& k,
+                                     const Row<T>& mask, float scale, float* scores,
+                                     int64_t* live) {
   const int64_t kv = k.size(0), d = k.size(1);
   const float blocked = blocked_at<T>();
+  int64_t n = 0;
   for (int64_t j = 0; j < kv; ++j) {
     const float m = static_cast<float>(mask[j]);
+    if (m <= blocked) {
+      for (int64_t g = 0; g < group; ++g) {
+        scores[g * kv + j] = -std::numeric_limits<float>::infinity();
+      }
+      continue;
+    }
+    live[n++] = j;
     for (int64_t g = 0; g < group; ++g) {
-      scores[g * kv + j] = m <= blocked ? -std::numeric_limits<float>::infinity()
-                                        : dot<T>(&q[first_head + g][0][0], &k[j][0], d) * scale + m;
+      scores[g * kv + j] = dot<T>(&q[first_head + g][0][0], &k[j][0], d) * scale + m;
     }
   }
+  return n;
 }
 
 // softmax over each of `group` score rows of length kv, in place; a row
@@ -102,16 +111,15 @@ STATICKV_INLINE void softmax_rows(float* scores, int64_t group, int64_t kv) {
 }
 
 // out[head] = sum_j p[g][j] v[j] for the group's heads, accumulated in
-// float, over the keys the mask lets through.
+// float, over the n live keys group_scores listed.
 template <typename T>
 STATICKV_INLINE void group_outputs(const float* probs, int64_t first_head, int64_t group,
-                                   const at::TensorAccessor<T, 2>& v, const Row<T>& mask,
-                                   float* acc, at::TensorAccessor<T, 3> out) {
+                                   const at::TensorAccessor<T, 2>& v, const int64_t* live,
+                                   int64_t n, float* acc, at::TensorAccessor<T, 3> out) {
   const int64_t kv = v.size(0), d = v.size(1);
-  const float blocked = blocked_at<T>();
   std::fill(acc, acc + group * d, 0.f);
-  for (int64_t j = 0; j < kv; ++j) {
-    if (static_cast<float>(mask[j]) <= blocked) continue;
+  for (int64_t l = 0; l < n; ++l) {
+    const int64_t j = live[l];
     const T* value = &v[j][0];
     for (int64_t g = 0; g < group; ++g) {
       const float p = probs[g * kv + j];
@@ -133,30 +141,39 @@ struct Operands {
   float scale;
 };
 
+// One worker's scratch: an item's scores [group, kv], its outputs in float
+// [group, head_dim] and its live keys [kv].
+struct Scratch {
+  std::vector<float> scores, acc;
+  std::vector<int64_t> live;
+};
+
 // Items [begin, end) of (row, kv head): that head's keys, then its values,
 // once for its group of query heads.
 template <typename T>
 STATICKV_INLINE void attend_items_body(const Operands<T>& a, int64_t begin, int64_t end,
-                                       float* scores, float* acc) {
+                                       Scratch& s) {
   const int64_t kv = a.k.size(2);
   for (int64_t item = begin; item < end; ++item) {
     const int64_t row = item / a.kv_heads, h = item % a.kv_heads;
-    group_scores<T>(a.q[row], h * a.group, a.group, a.k[row][h], a.m[row][0][0], a.scale, scores);
-    softmax_rows(scores, a.group, kv);
-    group_outputs<T>(scores, h * a.group, a.group, a.v[row][h], a.m[row][0][0], acc, a.o[row]);
+    const int64_t n = group_scores<T>(a.q[row], h * a.group, a.group, a.k[row][h], a.m[row][0][0],
+                                      a.scale, s.scores.data(), s.live.data());
+    softmax_rows(s.scores.data(), a.group, kv);
+    group_outputs<T>(s.scores.data(), h * a.group, a.group, a.v[row][h], s.live.data(), n,
+                     s.acc.data(), a.o[row]);
   }
 }
 
 template <typename T>
-void attend_items(const Operands<T>& a, int64_t begin, int64_t end, float* scores, float* acc) {
-  attend_items_body<T>(a, begin, end, scores, acc);
+void attend_items(const Operands<T>& a, int64_t begin, int64_t end, Scratch& s) {
+  attend_items_body<T>(a, begin, end, s);
 }
 
 #ifdef STATICKV_CPU_AVX2
 template <typename T>
 __attribute__((target("avx2,fma"))) void attend_items_avx2(const Operands<T>& a, int64_t begin,
-                                                           int64_t end, float* scores, float* acc) {
-  attend_items_body<T>(a, begin, end, scores, acc);
+                                                           int64_t end, Scratch& s) {
+  attend_items_body<T>(a, begin, end, s);
 }
 #endif
 
@@ -175,13 +192,13 @@ void decode_attention_typed(const at::Tensor& query, const at::Tensor& keys,
                       1.f / std::sqrt(static_cast<float>(d))};
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, group * kv * d));
   at::parallel_for(0, query.size(0) * kv_heads, grain, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(static_cast<size_t>(group * kv)), acc(static_cast<size_t>(group * d));
+    Scratch s{std::vector<float>(static_cast<size_t>(group * kv)),
+              std::vector<float>(static_cast<size_t>(group * d)),
+              std::vector<int64_t>(static_cast<size_t>(kv))};
 #ifdef STATICKV_CPU_AVX2
-    if (detail::cpu_has_avx2_fma()) {
-      return attend_items_avx2<T>(a, begin, end, scores.data(), acc.data());
-    }
+    if (detail::cpu_has_avx2_fma()) return attend_items_avx2<T>(a, begin, end, s);
 #endif
-    attend_items<T>(a, begin, end, scores.data(), acc.data());
+    attend_items<T>(a, begin, end, s);
   });
 }
 

@@ -97,10 +97,10 @@ namespace detail {
 // Whether sdpa_attention takes cpu_decode_attention: one query a row on the
 // CPU, an additive mask, a float dtype of at most 32 bits, the switch on.
 inline bool takes_decode_attention(const at::Tensor& query, const at::Tensor& mask) {
+  static const bool enabled = kernel_enabled("decode_attention");  // read once a process
   const at::ScalarType t = query.scalar_type();
-  return query.device().is_cpu() && query.size(2) == 1 && mask.scalar_type() == t &&
-         (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) &&
-         kernel_enabled("decode_attention");
+  return enabled && query.device().is_cpu() && query.size(2) == 1 && mask.scalar_type() == t &&
+         (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf);
 }
 
 }  // namespace detail
