@@ -1,12 +1,9 @@
 // The fused decode prepare's CUDA kernel (include/statickv/detail/
 // decode_prepare.hpp; Note [decode prepare], docs/design.md): one thread per
-// live row, each running prepare_row(), the lines its CPU twin runs.
+// live row, each running prepare_row(), the lines its CPU twin runs. No
+// ATen here: decode_prepare.cpp passes the pointers and checks the launch.
 
 #include "decode_prepare_row.hpp"
-
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
 
 namespace statickv::detail {
 
@@ -22,12 +19,9 @@ __global__ void decode_prepare_kernel(PrepareArgs a) {
 
 }  // namespace
 
-void decode_prepare_cuda(const DecodePrepare& p) {
-  const c10::cuda::CUDAGuard guard(p.positions.device());
-  const PrepareArgs a = prepare_args(p);
+void launch_decode_prepare(const PrepareArgs& a, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned int>((a.live_batch + kThreads - 1) / kThreads);
-  decode_prepare_kernel<<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(a);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  decode_prepare_kernel<<<blocks, kThreads, 0, stream>>>(a);
 }
 
 }  // namespace statickv::detail

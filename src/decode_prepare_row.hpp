@@ -4,15 +4,24 @@
 // its kernels: the CPU loop (decode_prepare.cpp) and the CUDA kernel
 // (decode_prepare.cu) run these same lines, so the twin is the kernel's
 // specification. Each row writes only its own bookkeeping; the outputs of a
-// shared position (rows == 1) are written by row 0.
-
-#include <statickv/detail/decode_prepare.hpp>
+// shared position (rows == 1) are written by row 0. Free of ATen, so the
+// CUDA kernel compiles without it (nvcc spends about a minute on ATen's
+// headers; decode_prepare.cpp turns the tensors into these pointers).
 
 #include <c10/macros/Macros.h>
 
+#include <cstddef>
 #include <cstdint>
 
+#ifdef STATICKV_HAS_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 namespace statickv::detail {
+
+/// kDecodePrepareGroups (decode_prepare.hpp, which includes ATen);
+/// decode_prepare.cpp checks that the two agree.
+constexpr size_t kPrepareArgsGroups = 4;
 
 /// A layer type's part, as raw pointers into contiguous tensors.
 struct PrepareGroupArgs {
@@ -31,35 +40,8 @@ struct PrepareArgs {
   int64_t* seq_lengths = nullptr;  // [max_batch]
   int64_t rows = 0, live_batch = 0, max_len = 0, kv_heads = 0;
   int groups = 0;
-  PrepareGroupArgs group[kDecodePrepareGroups];
+  PrepareGroupArgs group[kPrepareArgsGroups];
 };
-
-/// The pointers of `p`'s tensors (the cache's own: contiguous, on one device).
-inline PrepareArgs prepare_args(const DecodePrepare& p) {
-  PrepareArgs a;
-  a.positions = p.positions.data_ptr<int64_t>();
-  a.position_stride = p.positions.stride(0);
-  a.sane = p.sane.data_ptr<int64_t>();
-  a.seq_lengths = p.seq_lengths.data_ptr<int64_t>();
-  a.rows = p.positions.size(0);
-  a.live_batch = p.live_batch;
-  a.max_len = p.max_len;
-  a.kv_heads = p.kv_heads;
-  a.groups = static_cast<int>(p.groups.size());
-  for (size_t g = 0; g < p.groups.size(); ++g) {
-    const DecodePrepareGroup& in = p.groups[g];
-    PrepareGroupArgs& out = a.group[g];
-    out.slot_positions = in.slot_positions.data_ptr<int64_t>();
-    out.slots_len = in.slot_positions.size(1);
-    out.slots = in.slots.data_ptr<int64_t>();
-    out.flat_index = in.flat_index.defined() ? in.flat_index.data_ptr<int64_t>() : nullptr;
-    out.seqused_k = in.seqused_k.data_ptr<int32_t>();
-    out.ring = in.ring;
-    out.scratch = in.scratch;
-    out.view_len = in.view_len;
-  }
-  return a;
-}
 
 /// Row r of the step: prepare()'s ops for one query, in the same order.
 C10_HOST_DEVICE inline void prepare_row(const PrepareArgs& a, int64_t r) {
@@ -82,5 +64,10 @@ C10_HOST_DEVICE inline void prepare_row(const PrepareArgs& a, int64_t r) {
     G.seqused_k[r] = static_cast<int32_t>(s + 1 < G.view_len ? s + 1 : G.view_len);
   }
 }
+
+#ifdef STATICKV_HAS_CUDA
+/// One thread per live row on `stream` (decode_prepare.cu).
+void launch_decode_prepare(const PrepareArgs& a, cudaStream_t stream);
+#endif
 
 }  // namespace statickv::detail

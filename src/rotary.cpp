@@ -9,6 +9,14 @@
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 
+#ifdef STATICKV_HAS_CUDA
+#include "rotary_launch.hpp"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
 #include <vector>
 
 namespace statickv {
@@ -128,6 +136,35 @@ void rotary_write_cpu(const RotaryWrite& w) {
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, w.query.scalar_type(),
                                   "rotary_write_cpu", [&] { rotary_write_typed<scalar_t>(w); });
 }
+
+#ifdef STATICKV_HAS_CUDA
+namespace {
+
+template <typename T>
+RotaryAcc4<T> acc4(const at::Tensor& t) {
+  return t.packed_accessor64<T, 4, RotaryRestrict>();
+}
+
+}  // namespace
+
+void rotary_write_cuda(const RotaryWrite& w) {
+  const c10::cuda::CUDAGuard guard(w.query.device());
+  const int64_t total =
+      w.query.size(0) * (w.query.size(1) + w.key.size(1)) * w.query.size(2) * w.query.size(3);
+  if (total == 0) return;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, w.query.scalar_type(), "rotary_write_cuda", [&] {
+        using T = scalar_t;
+        const RotaryOperands<T> operands{
+            acc4<T>(w.query),     acc4<T>(w.key),        acc4<T>(w.value),
+            acc4<T>(w.cos),       acc4<T>(w.sin),        w.slots.packed_accessor64<int64_t, 2>(),
+            acc4<T>(w.query_out), acc4<T>(w.key_buffer), acc4<T>(w.value_buffer)};
+        launch_rotary_write<T>(operands, total, stream);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+}
+#endif
 
 }  // namespace detail
 

@@ -2,22 +2,20 @@
 // [fused rotary write], docs/design.md): one thread per element of the
 // step's queries and keys, on the current stream. Its CPU twin is
 // rotary_write_cpu (src/rotary.cpp); both round as the unfused ops do.
+// rotary.cpp launches it through launch_rotary_write (rotary_launch.hpp).
 
-#include <statickv/rotary.hpp>
+#include "rotary_launch.hpp"
 
-#include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
-#include <ATen/core/TensorAccessor.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 
 namespace statickv::detail {
 
 namespace {
 
 template <typename T>
-using Acc4 = at::PackedTensorAccessor64<T, 4, at::RestrictPtrTraits>;
+using Acc4 = RotaryAcc4<T>;
 
 // Products and sum rounded separately (no fused multiply-add), as the
 // unfused elementwise ops compute them.
@@ -70,30 +68,21 @@ __global__ void rotary_write_kernel(Acc4<T> query, Acc4<T> key, Acc4<T> value, A
   value_buffer[row][kh][slot][i] = value[row][kh][t][i];
 }
 
-template <typename T>
-Acc4<T> acc4(const at::Tensor& t) {
-  return t.packed_accessor64<T, 4, at::RestrictPtrTraits>();
-}
-
 }  // namespace
 
-void rotary_write_cuda(const RotaryWrite& w) {
-  const c10::cuda::CUDAGuard guard(w.query.device());
-  const int64_t total =
-      w.query.size(0) * (w.query.size(1) + w.key.size(1)) * w.query.size(2) * w.query.size(3);
-  if (total == 0) return;
+template <typename T>
+void launch_rotary_write(const RotaryOperands<T>& w, int64_t total, cudaStream_t stream) {
   constexpr int kThreads = 256;
   const auto blocks = static_cast<unsigned int>((total + kThreads - 1) / kThreads);
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, w.query.scalar_type(), "rotary_write_cuda", [&] {
-        using T = scalar_t;
-        rotary_write_kernel<T><<<blocks, kThreads, 0, stream>>>(
-            acc4<T>(w.query), acc4<T>(w.key), acc4<T>(w.value), acc4<T>(w.cos), acc4<T>(w.sin),
-            w.slots.packed_accessor64<int64_t, 2>(), acc4<T>(w.query_out), acc4<T>(w.key_buffer),
-            acc4<T>(w.value_buffer));
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      });
+  rotary_write_kernel<T><<<blocks, kThreads, 0, stream>>>(
+      w.query, w.key, w.value, w.cos, w.sin, w.slots, w.query_out, w.key_buffer, w.value_buffer);
 }
+
+template void launch_rotary_write<float>(const RotaryOperands<float>&, int64_t, cudaStream_t);
+template void launch_rotary_write<double>(const RotaryOperands<double>&, int64_t, cudaStream_t);
+template void launch_rotary_write<c10::Half>(const RotaryOperands<c10::Half>&, int64_t,
+                                             cudaStream_t);
+template void launch_rotary_write<c10::BFloat16>(const RotaryOperands<c10::BFloat16>&, int64_t,
+                                                 cudaStream_t);
 
 }  // namespace statickv::detail

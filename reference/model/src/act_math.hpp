@@ -2,14 +2,18 @@
 // act_mul's kernels (act_mul.hpp) and one element of it for both: the CPU
 // loop (act_mul.cpp) and the CUDA kernel (act_mul_cuda.cu) compute it with
 // these same lines. float32 math, as LibTorch's opmath for every dtype the
-// model runs in, rounded twice as the two ops it replaces round.
+// model runs in, rounded twice as the two ops it replaces round. Free of
+// ATen, so the CUDA kernel compiles without it (act_mul.cpp turns the
+// tensors into pointers and checks the launch).
 
-#include <statickv/model/model_config.hpp>
-
-#include <ATen/ATen.h>
 #include <c10/macros/Macros.h>
 
 #include <cmath>
+#include <cstdint>
+
+#ifdef STATICKV_HAS_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 namespace statickv::reference::detail {
 
@@ -32,16 +36,16 @@ C10_HOST_DEVICE inline T act_times(T gate, T up, bool gelu) {
   return static_cast<T>(static_cast<float>(a) * static_cast<float>(up));
 }
 
-/// The kernels' arguments: rows of 2 * inter inputs (`in`, row stride
-/// in_stride elements), rows of inter outputs (contiguous).
-struct ActMul {
-  at::Tensor in, out;
-  int64_t rows = 0, inter = 0, in_stride = 0;
-  Activation act = Activation::kSilu;
-};
-void act_mul_cpu(const ActMul& a);
 #ifdef STATICKV_HAS_CUDA
-void act_mul_cuda(const ActMul& a);
+/// Threads per block of act_mul's CUDA kernel.
+constexpr int kActMulThreads = 256;
+
+/// out[r * inter + i] = act_times(in[r * in_stride + i], in[r * in_stride +
+/// inter + i]) for rows x inter elements, in `blocks` blocks on `stream`
+/// (act_mul_cuda.cu; T: float, double, c10::Half, c10::BFloat16).
+template <typename T>
+void launch_act_mul(const T* in, T* out, int64_t rows, int64_t inter, int64_t in_stride, bool gelu,
+                    int blocks, cudaStream_t stream);
 #endif
 
 }  // namespace statickv::reference::detail

@@ -9,6 +9,12 @@
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 
+#ifdef STATICKV_HAS_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
 #include <vector>
 
 namespace statickv::reference {
@@ -16,6 +22,14 @@ namespace statickv::reference {
 namespace detail {
 
 namespace {
+
+/// The kernels' arguments: rows of 2 * inter inputs (`in`, row stride
+/// in_stride elements), rows of inter outputs (contiguous).
+struct ActMul {
+  at::Tensor in, out;
+  int64_t rows = 0, inter = 0, in_stride = 0;
+  Activation act = Activation::kSilu;
+};
 
 template <typename T>
 void act_mul_rows(const ActMul& a) {
@@ -33,12 +47,34 @@ void act_mul_rows(const ActMul& a) {
   });
 }
 
-}  // namespace
-
 void act_mul_cpu(const ActMul& a) {
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, a.in.scalar_type(), "statickv_act_mul",
                                   [&] { act_mul_rows<scalar_t>(a); });
 }
+
+#ifdef STATICKV_HAS_CUDA
+// One thread per output element, at most eight blocks per multiprocessor
+// (a grid-stride loop covers the rest).
+void act_mul_cuda(const ActMul& a) {
+  const c10::cuda::CUDAGuard guard(a.in.device());
+  const int64_t total = a.rows * a.inter;
+  const int64_t most =
+      static_cast<int64_t>(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 8;
+  const int blocks =
+      static_cast<int>(std::min<int64_t>((total + kActMulThreads - 1) / kActMulThreads, most));
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const bool gelu = a.act == Activation::kGeluTanh;
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, a.in.scalar_type(), "statickv_act_mul_cuda", [&] {
+        launch_act_mul<scalar_t>(a.in.const_data_ptr<scalar_t>(),
+                                 a.out.mutable_data_ptr<scalar_t>(), a.rows, a.inter, a.in_stride,
+                                 gelu, blocks, stream);
+      });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+#endif
+
+}  // namespace
 
 }  // namespace detail
 

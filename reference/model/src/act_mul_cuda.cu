@@ -1,21 +1,17 @@
 // act_mul's CUDA kernel (reference/model/include/statickv/model/act_mul.hpp):
 // one thread per output element, a grid-stride loop over rows x inter, the
-// element computed by act_math.hpp's lines, which the CPU loop shares.
-
-#include <statickv/model/act_mul.hpp>
+// element computed by act_math.hpp's lines, which the CPU loop shares. No
+// ATen here: act_mul.cpp dispatches on the dtype, passes the pointers and
+// checks the launch.
 
 #include "act_math.hpp"
 
-#include <ATen/Dispatch.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 
 namespace statickv::reference::detail {
 
 namespace {
-
-constexpr int kThreads = 256;
 
 template <typename T>
 __global__ void act_mul_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows,
@@ -32,21 +28,19 @@ __global__ void act_mul_kernel(const T* __restrict__ in, T* __restrict__ out, in
 
 }  // namespace
 
-void act_mul_cuda(const ActMul& a) {
-  const c10::cuda::CUDAGuard guard(a.in.device());
-  const int64_t total = a.rows * a.inter;
-  const int64_t most =
-      static_cast<int64_t>(at::cuda::getCurrentDeviceProperties()->multiProcessorCount) * 8;
-  const int blocks = static_cast<int>(std::min<int64_t>((total + kThreads - 1) / kThreads, most));
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const bool gelu = a.act == Activation::kGeluTanh;
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, a.in.scalar_type(), "statickv_act_mul_cuda", [&] {
-        act_mul_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(
-            a.in.const_data_ptr<scalar_t>(), a.out.mutable_data_ptr<scalar_t>(), a.rows, a.inter,
-            a.in_stride, gelu);
-      });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+template <typename T>
+void launch_act_mul(const T* in, T* out, int64_t rows, int64_t inter, int64_t in_stride, bool gelu,
+                    int blocks, cudaStream_t stream) {
+  act_mul_kernel<T><<<blocks, kActMulThreads, 0, stream>>>(in, out, rows, inter, in_stride, gelu);
 }
+
+template void launch_act_mul<float>(const float*, float*, int64_t, int64_t, int64_t, bool, int,
+                                    cudaStream_t);
+template void launch_act_mul<double>(const double*, double*, int64_t, int64_t, int64_t, bool, int,
+                                     cudaStream_t);
+template void launch_act_mul<c10::Half>(const c10::Half*, c10::Half*, int64_t, int64_t, int64_t,
+                                        bool, int, cudaStream_t);
+template void launch_act_mul<c10::BFloat16>(const c10::BFloat16*, c10::BFloat16*, int64_t, int64_t,
+                                            int64_t, bool, int, cudaStream_t);
 
 }  // namespace statickv::reference::detail

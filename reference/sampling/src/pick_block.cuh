@@ -5,12 +5,13 @@
 // and the Gumbel noise from a draw's hash.
 
 #include "pick_grid.hpp"
+#include "pick_launch.hpp"
 
 #include <cstdint>
 
 namespace statickv::reference::detail {
 
-constexpr int kThreads = 512;
+constexpr int kThreads = kPickThreads;
 constexpr int kWarps = kThreads / 32;
 
 /// The block's reduction of v by `op` (every thread gets it).

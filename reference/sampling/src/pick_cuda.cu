@@ -13,13 +13,13 @@
 // token marks. Products and sums are rounded as the unfused ops round
 // them (no fused multiply-add). Its CPU twin is pick_cpu.cpp.
 
-#include "pick_block.cuh"
-#include "pick_fused.hpp"
-#include "pick_grid.hpp"
+// pick_cuda.cpp makes the kernel's arguments from the tensors and checks
+// the launch (pick_launch.hpp): no ATen here.
 
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
+#include "pick_block.cuh"
+#include "pick_grid.hpp"
+#include "pick_launch.hpp"
+#include "pick_tables.hpp"
 
 #include <cstdint>
 
@@ -27,34 +27,8 @@ namespace statickv::reference::detail {
 
 namespace {
 
-struct Args {
-  const float* logits;
-  const float* params;
-  int64_t* keys;
-  bool* generated;
-  bool* seen;
-  float* penalty;
-  const int64_t* bias_ids;
-  const float* bias_vals;
-  const int64_t* stop_ids;
-  const int64_t* hashed_ids;
-  const int64_t* take;
-  const int64_t* top_ids;
-  const float* top_logits;
-  float* out;
-  float* scratch;
-  int64_t vocab, max_bias, max_stop, alternatives, width;
-  bool logprobs;
-  // The greedy grid (pick_grid.hpp): blocks per row (0: off), their
-  // partials [b, ctas] and each row's count of finished blocks.
-  int64_t ctas;
-  Best* best_parts;
-  Normalizer* norm_parts;
-  unsigned int* done;
-};
-
 /// The argmax of scaled + Gumbel noise over the tokens of `s` at or above `floor`.
-__device__ int64_t race_above(const Args& a, const float* s, float floor, uint32_t draw_key) {
+__device__ int64_t race_above(const PickArgs& a, const float* s, float floor, uint32_t draw_key) {
   Best best{-INFINITY, -1};
   for (int64_t i = threadIdx.x; i < a.vocab; i += kThreads) {
     const float v = s[i];
@@ -87,7 +61,7 @@ __device__ bool top_p_keeps(const float* s, int64_t vocab, float value, float to
 /// A sampled row's draw over its scaled logits `s`: the race over the
 /// top-k and min-p survivors, whose winner is the draw whenever top-p keeps
 /// it; only otherwise is top-p's floor found and the race rerun above it.
-__device__ int64_t draw(const Args& a, const float* s, float top, const float* param,
+__device__ int64_t draw(const PickArgs& a, const float* s, float top, const float* param,
                         const int64_t* key) {
   float floor = __fadd_rn(top, param[kLogMinP]);  // -inf when min_p is off
   float kth = -INFINITY;
@@ -105,7 +79,7 @@ __device__ int64_t draw(const Args& a, const float* s, float top, const float* p
 }
 
 /// Row r's penalized logits into `s`; returns this thread's greedy best.
-__device__ Best penalize(const Args& a, int64_t r, float* s, const float* param, bool masking) {
+__device__ Best penalize(const PickArgs& a, int64_t r, float* s, const float* param, bool masking) {
   const float* x = a.logits + r * a.vocab;
   for (int64_t i = threadIdx.x; i < a.vocab; i += kThreads) s[i] = x[i];
   __syncthreads();
@@ -135,7 +109,7 @@ __device__ Best penalize(const Args& a, int64_t r, float* s, const float* param,
 }
 
 /// log(sum(exp(x - max))) and max of row r's raw logits.
-__device__ float2 log_normalizer(const Args& a, int64_t r) {
+__device__ float2 log_normalizer(const PickArgs& a, int64_t r) {
   const float* x = a.logits + r * a.vocab;
   float top = -INFINITY;
   for (int64_t i = threadIdx.x; i < a.vocab; i += kThreads) top = fmaxf(top, x[i]);
@@ -146,7 +120,7 @@ __device__ float2 log_normalizer(const Args& a, int64_t r) {
 }
 
 /// Thread 0: row r's result, draw index and marks (SamplingHead::mark).
-__device__ void finish(const Args& a, int64_t r, int64_t pick, float2 normalizer,
+__device__ void finish(const PickArgs& a, int64_t r, int64_t pick, float2 normalizer,
                        const float* param, int64_t* key) {
   float* out = a.out + r * a.width;
   out[0] = static_cast<float>(pick);
@@ -173,13 +147,14 @@ __device__ void finish(const Args& a, int64_t r, int64_t pick, float2 normalizer
 
 /// Whether row r takes the greedy grid: greedy, nothing to add or mask
 /// before its argmax (the head sets kPlain), past min_tokens.
-__device__ bool on_grid(const Args& a, const int64_t* key) {
+__device__ bool on_grid(const PickArgs& a, const int64_t* key) {
   return a.ctas > 0 && key[kPlain] != 0 && key[kDrawIndex] >= key[kMinTokens];
 }
 
 /// This block's slice of row r: its argmax and, with log-probabilities,
 /// its log-normalizer terms; 16-byte loads where the row is aligned.
-__device__ void slice_partial(const Args& a, int64_t r, int64_t c, Best* best, Normalizer* norm) {
+__device__ void slice_partial(const PickArgs& a, int64_t r, int64_t c, Best* best,
+                              Normalizer* norm) {
   const float* x = a.logits + r * a.vocab;
   const int64_t begin = slice_begin(a.vocab, a.ctas, c), end = slice_begin(a.vocab, a.ctas, c + 1);
   const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0;
@@ -210,7 +185,8 @@ __device__ void slice_partial(const Args& a, int64_t r, int64_t c, Best* best, N
 
 /// The greedy grid's block (c, r): its partial, then, in the row's last
 /// block to finish, the merge and the row's result.
-__device__ void grid_block(const Args& a, int64_t r, int64_t c, const float* param, int64_t* key) {
+__device__ void grid_block(const PickArgs& a, int64_t r, int64_t c, const float* param,
+                           int64_t* key) {
   Best best;
   Normalizer norm{-INFINITY, 0.0};
   slice_partial(a, r, c, &best, &norm);
@@ -238,7 +214,7 @@ __device__ void grid_block(const Args& a, int64_t r, int64_t c, const float* par
   finish(a, r, all.index < 0 ? 0 : all.index, normalizer, param, key);
 }
 
-__global__ void fused_pick_kernel(Args a) {
+__global__ void fused_pick_kernel(PickArgs a) {
   const int64_t r = blockIdx.y;
   if (a.take[r] == 0) return;
   const float* param = a.params + r * kParams;
@@ -266,45 +242,9 @@ __global__ void fused_pick_kernel(Args a) {
 
 }  // namespace
 
-int64_t pick_grid_ctas(const at::Device& device, int64_t vocab, int64_t batch) {
-  const int64_t sms = at::cuda::getDeviceProperties(device.index())->multiProcessorCount;
-  // At least one group of four per thread: a slice of 2048 logits (63
-  // blocks for Llama 3's 128256 at batch 1).
-  return grid_ctas(vocab, batch, sms, 4 * kThreads);
-}
-
-void fused_pick_cuda(const FusedPick& p) {
-  const c10::cuda::CUDAGuard guard(p.logits.device());
-  const int64_t b = p.logits.size(0);
-  if (b == 0) return;
-  Args a{p.logits.data_ptr<float>(),
-         p.params.data_ptr<float>(),
-         p.keys.data_ptr<int64_t>(),
-         p.generated.data_ptr<bool>(),
-         p.seen.data_ptr<bool>(),
-         p.penalty.data_ptr<float>(),
-         p.bias_ids.data_ptr<int64_t>(),
-         p.bias_vals.data_ptr<float>(),
-         p.stop_ids.data_ptr<int64_t>(),
-         p.hashed_ids.data_ptr<int64_t>(),
-         p.take.data_ptr<int64_t>(),
-         p.top_ids.data_ptr<int64_t>(),
-         p.top_logits.data_ptr<float>(),
-         p.out.data_ptr<float>(),
-         p.scratch.data_ptr<float>(),
-         p.logits.size(1),
-         p.bias_ids.size(1),
-         p.stop_ids.size(1),
-         p.top_ids.size(1),
-         p.out.size(1),
-         p.logprobs,
-         p.ctas,
-         p.ctas > 0 ? reinterpret_cast<Best*>(p.grid_best.data_ptr()) : nullptr,
-         p.ctas > 0 ? reinterpret_cast<Normalizer*>(p.grid_norm.data_ptr()) : nullptr,
-         p.ctas > 0 ? reinterpret_cast<unsigned int*>(p.grid_done.data_ptr<int32_t>()) : nullptr};
-  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(p.ctas, 1)), static_cast<unsigned>(b));
-  fused_pick_kernel<<<grid, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(a);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+void launch_fused_pick(const PickArgs& a, int64_t rows, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(a.ctas > 1 ? a.ctas : 1), static_cast<unsigned>(rows));
+  fused_pick_kernel<<<grid, kThreads, 0, stream>>>(a);
 }
 
 }  // namespace statickv::reference::detail
