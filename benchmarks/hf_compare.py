@@ -54,7 +54,8 @@ compile time included, through the Python package (pip install
 (torch.compile(model.forward, dynamic=False, fullgraph=True), Inductor;
 mode="reduce-overhead" on CUDA):
   seed_37394    batch 4, 2, 3, 1 (48-token prompts)
-  seed_29151    16 prompts of new lengths 17..120, one at a time
+  seed_29151    16 prompts of new lengths 17..120, one at a time (--seed-lengths:
+                the first N only)
   hf_static     transformers' StaticCache, fresh per call (it allocates for
                 its first call's batch), model.generate; dynamo's recompile
                 limit raised to 64 so it can finish
@@ -132,6 +133,9 @@ def parse_args():
     parser.add_argument("--seed-prompt-buckets", default="32,64,96,128;32",
                         type=lambda v: [[int(n) for n in b.split(",")] for b in v.split(";") if b],
                         help="seeds: statickv's prompt buckets, one run per ';'-separated set")
+    parser.add_argument("--seed-lengths", type=int, default=16, choices=range(1, 17),
+                        metavar="1..16", help="seeds: how many of issue 29151's 16 prompt "
+                        "lengths to run, shortest first (default 16; fewer to test the plumbing)")
     parser.add_argument("--deadline-s", type=float, default=0, help="stop optional parts after this")
     parser.add_argument("--json", default="", help="write results here")
     parser.add_argument("--cuda-parts-on-cpu", action="store_true",

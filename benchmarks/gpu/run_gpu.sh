@@ -297,8 +297,8 @@ if ((dry)); then
   context=(--max-len 512 --rounds 3 --calls 2 --layers 2)
   step=(--shape tiny,tiny-gemma3 --dtype fp32 --batch 1 --context 16 --time --rounds 2 --calls 1)
   hfargs=(--shapes tiny --prompt-len 16 --new-tokens 8 --rounds 2)
-  write=(--rounds 3 --calls 5)
-  decode=(--rounds 3 --calls 2)
+  write=(--rounds 3 --calls 5 --layers 2 --context 64 --max-len 128 --window 32)
+  decode=(--rounds 3 --calls 2 --layers 2 --context 64 --max-len 256)
   smollm2=(--shape tiny --dtype fp32 --context 32 --max-len 64 --rounds 2 --calls 2)
   offload=(--shape tiny --dtype fp32 --cells 1x64,2x32 --rounds 2 --calls 1)
   serving=(--shape tiny --requests 20 --rate 50 --max-len 256 --max-prompt 64 --max-new 32)
@@ -477,7 +477,9 @@ if "$PY" -c 'import transformers' 2>/dev/null && (($(left) > 200)); then
       export PYTHONPATH="/tmp/statickv-py:${PYTHONPATH:-}"
   fi
   seedargs=(--new-tokens 16 --seed-prompt-buckets "32")
-  ((dry)) && seedargs=(--new-tokens 4 --compile-backend eager)  # plumbing only
+  # Plumbing only: three of the 16 prompt lengths, one set of prompt buckets.
+  ((dry)) && seedargs=(--new-tokens 4 --compile-backend eager --seed-lengths 3
+    --seed-prompt-buckets "32,64,96,128")
   "$PY" -c 'import statickv' 2>/dev/null &&
     stage hf_seeds 120 240 "$PY" benchmarks/hf_compare.py --parts seeds --device "$DEV" \
       "${seedargs[@]}" --workdir /tmp/statickv-hf --json "$RES/hf_seeds.json"

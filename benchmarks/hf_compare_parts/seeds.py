@@ -55,11 +55,12 @@ def timed_requests(request, inputs, device):
             "outputs": outputs}
 
 
-def seed_inputs(vocab, seed, prompt_len, new_tokens):
+def seed_inputs(vocab, seed, prompt_len, new_tokens, lengths=len(SEED_LENGTHS)):
+    """The 37394 batches, then the first `lengths` of the 29151 prompt lengths."""
     gen = torch.Generator().manual_seed(seed)
     batches = [(torch.randint(1, vocab, (b, prompt_len), generator=gen), new_tokens)
                for b in SEED_BATCHES]
-    lengths = [(torch.randint(1, vocab, (1, n), generator=gen), new_tokens) for n in SEED_LENGTHS]
+    lengths = [(torch.randint(1, vocab, (1, n), generator=gen), new_tokens) for n in SEED_LENGTHS[:lengths]]
     return {"seed_37394": batches, "seed_29151": lengths}
 
 
@@ -68,7 +69,8 @@ def seed_scenarios(args, directory, device, dtype, entry, save):
     StaticCache (fresh per call) against one statickv.hf.StaticKVCache, both
     with the forward compiled by the user."""
     max_len = 128 + args.new_tokens  # the largest prompt bucket, then the new tokens
-    inputs = seed_inputs(hf_config(entry["shape"]).vocab_size, args.seed, 48, args.new_tokens)
+    inputs = seed_inputs(hf_config(entry["shape"]).vocab_size, args.seed, 48, args.new_tokens,
+                         args.seed_lengths)
     # transformers recompiles per batch size and prompt length: past dynamo's
     # default limit (8) it would fail, so it gets room to finish.
     torch._dynamo.config.recompile_limit = 64

