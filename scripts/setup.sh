@@ -128,9 +128,16 @@ client_venv() {  # NAME IMPORT-CHECK PACKAGE...
   "$dir/bin/python" -m pip install -q --disable-pip-version-check "$@" \
     "torch==$TORCH_VERSION" "transformers==$TRANSFORMERS_VERSION"
 }
-client_venv lm-eval 'import lm_eval, tenacity, accelerate' "lm-eval[api,hf]==0.4.13"
-client_venv aiperf 'import aiperf' "aiperf==0.13.0"
-client_venv guidellm 'import guidellm' "guidellm==0.8.1"
+# They install beside the build (mostly downloads while the compiler has
+# the cores); the build's end waits for them.
+clients_log="$BUILD_DIR/clients-install.log"
+mkdir -p "$BUILD_DIR"
+(
+  client_venv lm-eval 'import lm_eval, tenacity, accelerate' "lm-eval[api,hf]==0.4.13"
+  client_venv aiperf 'import aiperf' "aiperf==0.13.0"
+  client_venv guidellm 'import guidellm' "guidellm==0.8.1"
+) >"$clients_log" 2>&1 &
+clients_pid=$!
 TORCH_PREFIX=$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 
 cmake_args=(-DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$TORCH_PREFIX" "-DSTATICKV_PYTHON=$VENV/bin/python")
@@ -172,4 +179,15 @@ for target in ${STATICKV_BUILD_TARGETS:-}; do
 done
 echo "== building (cmake --build $BUILD_DIR ${build_targets[*]})"
 cmake --build "$BUILD_DIR" -j "$(nproc)" "${build_targets[@]}"
+if ! wait "$clients_pid"; then
+  tail -40 "$clients_log"
+  echo "== installing the clients failed (all of it in $clients_log)"
+  exit 1
+fi
+if grep '^== ' "$clients_log"; then
+  # CMake defines a client's test only where its venv exists (tests/apps).
+  echo "== configuring $BUILD_DIR again (the clients' tests)"
+  cmake -S . -B "$BUILD_DIR" >>"$BUILD_DIR/configure.log" 2>&1 ||
+    { tail -40 "$BUILD_DIR/configure.log"; exit 1; }
+fi
 STATICKV_T_BUILT=$SECONDS
