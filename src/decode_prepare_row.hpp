@@ -21,7 +21,7 @@ namespace statickv::detail {
 
 /// kDecodePrepareGroups (decode_prepare.hpp, which includes ATen);
 /// decode_prepare.cpp checks that the two agree.
-constexpr size_t kPrepareArgsGroups = 4;
+constexpr std::size_t kPrepareArgsGroups = 4;
 
 /// A layer type's part, as raw pointers into contiguous tensors.
 struct PrepareGroupArgs {

@@ -9,7 +9,6 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include <algorithm>
 #include <cstdint>
 
 namespace statickv::reference::detail {
