@@ -121,7 +121,6 @@ client_venv() {  # NAME IMPORT-CHECK PACKAGE...
   "$dir/bin/python" -c "$check" >/dev/null 2>&1 && return 0
   echo "== pip install $* into $dir (over .venv's torch and transformers)"
   rm -rf "$dir"
-  mkdir -p "$BUILD_DIR"
   python3 -m venv "$dir"
   local purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
   "$VENV/bin/python" -c "$purelib" >"$("$dir/bin/python" -c "$purelib")/statickv-base.pth"

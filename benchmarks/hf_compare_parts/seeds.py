@@ -55,12 +55,13 @@ def timed_requests(request, inputs, device):
             "outputs": outputs}
 
 
-def seed_inputs(vocab, seed, prompt_len, new_tokens, lengths=len(SEED_LENGTHS)):
-    """The 37394 batches, then the first `lengths` of the 29151 prompt lengths."""
+def seed_inputs(vocab, seed, prompt_len, new_tokens, count=len(SEED_LENGTHS)):
+    """The 37394 batches, then the first `count` of the 29151 prompt lengths."""
     gen = torch.Generator().manual_seed(seed)
     batches = [(torch.randint(1, vocab, (b, prompt_len), generator=gen), new_tokens)
                for b in SEED_BATCHES]
-    lengths = [(torch.randint(1, vocab, (1, n), generator=gen), new_tokens) for n in SEED_LENGTHS[:lengths]]
+    lengths = [(torch.randint(1, vocab, (1, n), generator=gen), new_tokens)
+               for n in SEED_LENGTHS[:count]]
     return {"seed_37394": batches, "seed_29151": lengths}
 
 
